@@ -1,0 +1,10 @@
+"""offsetlake: Kafka's ``__consumer_offsets`` as Delta Lake tables.
+
+Data flows through the sub-packages in this order:
+
+``sources`` (segment files, Kafka) -> ``decode`` (pure-Python codec) -> ``history``
+(append-only Delta tables) -> ``state`` (the coordinator's replay, as current-state
+tables) -> ``reconcile`` (checks against the live cluster's own answers).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,385 @@
+"""Record formats as data: ``schemas/records/*.json`` compiled into decoders and encoders.
+
+Kafka generates its coordinator record coders from JSON message specs; we do the same
+at import time, so each format is defined exactly once (in ``schemas/records``) and
+the decoder, the encoder and the docs cannot drift apart. A compiled codec is a tree
+of small closures, one per field, specialised for one (record type, version).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pipelines.decode import wire
+from pipelines.decode.wire import WireError
+
+SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
+RECORDS_DIR = SCHEMAS_DIR / "records"
+
+Decoder = Callable[[bytes, int], tuple[Any, int]]
+Encoder = Callable[[bytearray, Any], None]
+
+# Wire details kept in decoded dicts (underscore-prefixed) so re-encoding is byte-exact.
+UNKNOWN_TAGS = "_unknown_tagged_fields"
+TAGS_ABSENT = "_tagged_section_absent"
+EXPLICIT_DEFAULT_TAGS = "_tags_written_at_default"
+
+
+@dataclass(frozen=True)
+class Versions:
+    """A Kafka version range: ``"0+"``, ``"3+"``, ``"1"`` or ``"0-4"``."""
+
+    low: int
+    high: int  # inclusive; a large number for "N+"
+
+    @classmethod
+    def parse(cls, text: str | None) -> Versions:
+        if not text:
+            return cls(0, 1 << 15)
+        if text.endswith("+"):
+            return cls(int(text[:-1]), 1 << 15)
+        if "-" in text:
+            lo, hi = text.split("-")
+            return cls(int(lo), int(hi))
+        return cls(int(text), int(text))
+
+    def __contains__(self, version: int) -> bool:
+        return self.low <= version <= self.high
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str
+    type: str
+    versions: Versions
+    nullable: bool = False
+    default: Any = None
+    tag: int | None = None
+    fields: tuple[FieldSpec, ...] = ()
+    optional_trailing: bool = False
+    embedded: str | None = None
+
+    @classmethod
+    def parse(cls, raw: dict, structs: dict[str, list[dict]]) -> FieldSpec:
+        ftype = raw["type"]
+        sub = raw.get("fields")
+        base = ftype[2:] if ftype.startswith("[]") else ftype
+        if sub is None and base in structs:
+            sub = structs[base]
+        if sub is not None:
+            ftype = "[]struct" if ftype.startswith("[]") else "struct"
+        return cls(
+            name=raw["name"],
+            type=ftype,
+            versions=Versions.parse(raw.get("versions")),
+            nullable=bool(raw.get("nullable", False)),
+            default=raw.get("default", _implicit_default(ftype)),
+            tag=raw.get("tag"),
+            fields=tuple(cls.parse(f, structs) for f in (sub or ())),
+            optional_trailing=bool(raw.get("optional_trailing", False)),
+            embedded=raw.get("embedded"),
+        )
+
+
+def _implicit_default(ftype: str) -> Any:
+    if ftype.startswith("int") or ftype == "uint16":
+        return 0
+    if ftype == "string":
+        return ""
+    if ftype == "bytes":
+        return b""
+    if ftype == "uuid":
+        return wire.ZERO_UUID
+    if ftype.startswith("[]"):
+        return []
+    return None
+
+
+@dataclass(frozen=True)
+class ValueFormat:
+    versions: Versions
+    flexible: Versions
+    fields: tuple[FieldSpec, ...]
+
+
+@dataclass(frozen=True)
+class RecordFormat:
+    """One ``__consumer_offsets`` record type: its key layout and value versions."""
+
+    record_type: int
+    name: str
+    status: str
+    key_fields: tuple[FieldSpec, ...]
+    value: ValueFormat
+    note: str = ""
+    _codecs: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def key_codec(self) -> StructCodec:
+        if "key" not in self._codecs:
+            self._codecs["key"] = StructCodec.compile(self.key_fields, 0, flexible=False)
+        return self._codecs["key"]
+
+    def value_codec(self, version: int) -> StructCodec | None:
+        """The codec for one value version, or None when the version is unknown."""
+        if version not in self.value.versions:
+            return None
+        if version not in self._codecs:
+            self._codecs[version] = StructCodec.compile(
+                self.value.fields, version, flexible=version in self.value.flexible, top_level=True
+            )
+        return self._codecs[version]
+
+
+# ----------------------------------------------------------------------------- compiling
+
+
+@dataclass
+class StructCodec:
+    """Decoder and encoder of one struct at one version."""
+
+    decode: Decoder
+    encode: Encoder
+
+    @classmethod
+    def compile(
+        cls, fields: tuple[FieldSpec, ...], version: int, flexible: bool, top_level: bool = False
+    ) -> StructCodec:
+        """Specialise ``fields`` for one version.
+
+        ``top_level`` tolerates a value that ends where its tagged-field section should
+        start (hand-built vectors in the wild omit it); the absence is remembered.
+        """
+        present = [f for f in fields if version in f.versions]
+        regular = [(f, _field_codec(f, version, flexible)) for f in present if f.tag is None]
+        tagged = {
+            f.tag: (f, _field_codec(f, version, flexible, tagged=True))
+            for f in present
+            if f.tag is not None and flexible
+        }
+        order = [(f.name, f.tag is not None and flexible, f) for f in present]
+        reg_decoders = {f.name: c[0] for f, c in regular}
+        reg_encoders = [(f, c[1]) for f, c in regular]
+
+        def decode(buf: bytes, pos: int) -> tuple[dict, int]:
+            out: dict[str, Any] = {}
+            for name, is_tagged, spec in order:
+                if is_tagged:
+                    out[name] = _copy_default(spec.default)
+                elif spec.optional_trailing and len(buf) - pos <= (1 if flexible else 0):
+                    out[name] = None
+                else:
+                    out[name], pos = reg_decoders[name](buf, pos)
+            if flexible:
+                if top_level and pos == len(buf):
+                    out[TAGS_ABSENT] = True
+                else:
+                    pos = _read_tagged(buf, pos, tagged, out)
+            return out, pos
+
+        def encode(out: bytearray, value: dict) -> None:
+            for spec, enc in reg_encoders:
+                item = value.get(spec.name, spec.default)
+                if spec.optional_trailing and item is None:
+                    continue
+                enc(out, item)
+            if flexible and not value.get(TAGS_ABSENT):
+                _write_tagged(out, value, tagged)
+
+        return cls(decode, encode)
+
+
+def _copy_default(default: Any) -> Any:
+    return list(default) if isinstance(default, list) else default
+
+
+def _read_tagged(buf: bytes, pos: int, tagged: dict, out: dict) -> int:
+    count, pos = wire.read_uvarint(buf, pos)
+    last_tag = -1
+    for _ in range(count):
+        tag, pos = wire.read_uvarint(buf, pos)
+        size, pos = wire.read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise WireError(f"tagged field {tag} runs past the end")
+        if tag <= last_tag:
+            raise WireError(f"tagged fields out of order: {tag} after {last_tag}")
+        last_tag = tag
+        known = tagged.get(tag)
+        chunk = bytes(buf[pos:end])
+        if known is None:
+            out.setdefault(UNKNOWN_TAGS, {})[tag] = chunk
+        else:
+            spec, (dec, _enc) = known
+            value, used = dec(chunk, 0)
+            if used != size:
+                raise WireError(f"tagged field {spec.name} used {used} of {size} bytes")
+            out[spec.name] = value
+            if value == spec.default:  # some Kafka versions write defaults (e.g. 4.0 nulls)
+                out.setdefault(EXPLICIT_DEFAULT_TAGS, []).append(tag)
+        pos = end
+    return pos
+
+
+def _write_tagged(out: bytearray, value: dict, tagged: dict) -> None:
+    chunks: dict[int, bytes] = dict(value.get(UNKNOWN_TAGS) or {})
+    explicit = value.get(EXPLICIT_DEFAULT_TAGS) or ()
+    for tag, (spec, (_dec, enc)) in tagged.items():
+        item = value.get(spec.name, spec.default)
+        if item == spec.default and tag not in explicit:
+            continue
+        buf = bytearray()
+        enc(buf, item)
+        chunks[tag] = bytes(buf)
+    wire.write_uvarint(out, len(chunks))
+    for tag in sorted(chunks):
+        wire.write_uvarint(out, tag)
+        wire.write_uvarint(out, len(chunks[tag]))
+        out += chunks[tag]
+
+
+_FIXED: dict[str, tuple[Decoder, Encoder]] = {
+    "int8": (wire.read_int8, wire.write_int8),
+    "int16": (wire.read_int16, wire.write_int16),
+    "uint16": (wire.read_uint16, wire.write_uint16),
+    "int32": (wire.read_int32, wire.write_int32),
+    "int64": (wire.read_int64, wire.write_int64),
+    "uuid": (wire.read_uuid, wire.write_uuid),
+}
+
+
+def _field_codec(
+    spec: FieldSpec, version: int, flexible: bool, tagged: bool = False
+) -> tuple[Decoder, Encoder]:
+    ftype, nullable = spec.type, spec.nullable
+    if ftype in _FIXED:
+        return _FIXED[ftype]
+    if ftype == "string":
+        reader = wire.read_compact_string if flexible else wire.read_string
+        return (
+            lambda buf, pos: reader(buf, pos, nullable),
+            lambda out, v: wire.write_string(out, v, flexible),
+        )
+    if ftype == "bytes":
+        reader = wire.read_compact_bytes if flexible else wire.read_bytes
+        return (
+            lambda buf, pos: reader(buf, pos, nullable),
+            lambda out, v: wire.write_bytes(out, v, flexible),
+        )
+    if ftype == "struct":
+        codec = StructCodec.compile(spec.fields, version, flexible)
+        if not nullable:
+            return codec.decode, codec.encode
+        return _nullable_struct(codec, tagged)
+    if ftype.startswith("[]"):
+        elem_spec = FieldSpec(spec.name, ftype[2:], spec.versions, fields=spec.fields)
+        return _array(_field_codec(elem_spec, version, flexible), nullable, flexible)
+    raise ValueError(f"unknown field type {ftype!r} for {spec.name}")
+
+
+def _nullable_struct(codec: StructCodec, tagged: bool) -> tuple[Decoder, Encoder]:
+    """Nullable structs carry a presence marker before their fields.
+
+    Kafka's generator writes int8 -1/1 for a regular field but unsigned varint 0/1
+    inside a tagged field.
+    """
+    null_marker = 0 if tagged else 0xFF
+
+    def decode(buf: bytes, pos: int) -> tuple[dict | None, int]:
+        if tagged:
+            marker, pos = wire.read_uvarint(buf, pos)
+            is_null = marker == 0
+        else:
+            marker, pos = wire.read_int8(buf, pos)
+            is_null = marker < 0
+        if is_null:
+            return None, pos
+        return codec.decode(buf, pos)
+
+    def encode(out: bytearray, value: dict | None) -> None:
+        if value is None:
+            out.append(null_marker)
+        else:
+            out.append(1)
+            codec.encode(out, value)
+
+    return decode, encode
+
+
+def _array(elem: tuple[Decoder, Encoder], nullable: bool, flexible: bool) -> tuple[Decoder, Encoder]:
+    dec, enc = elem
+
+    def decode(buf: bytes, pos: int) -> tuple[list | None, int]:
+        if flexible:
+            n, pos = wire.read_uvarint(buf, pos)
+            n -= 1
+        else:
+            n, pos = wire.read_int32(buf, pos)
+        if n < 0:
+            if nullable and n == -1:
+                return None, pos
+            raise WireError(f"negative array length {n}")
+        if n > len(buf) - pos:  # every element takes at least one byte
+            raise WireError(f"array of {n} elements cannot fit in {len(buf) - pos} bytes")
+        items = []
+        for _ in range(n):
+            item, pos = dec(buf, pos)
+            items.append(item)
+        return items, pos
+
+    def encode(out: bytearray, value: list | None) -> None:
+        if value is None:
+            if flexible:
+                out.append(0)
+            else:
+                wire.write_int32(out, -1)
+            return
+        if flexible:
+            wire.write_uvarint(out, len(value) + 1)
+        else:
+            wire.write_int32(out, len(value))
+        for item in value:
+            enc(out, item)
+
+    return decode, encode
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _parse_record(raw: dict) -> RecordFormat:
+    value = raw.get("value") or {"versions": "0", "fields": []}
+    structs = value.get("structs", {})
+    return RecordFormat(
+        record_type=raw["type"],
+        name=raw["name"],
+        status=raw.get("status", "live"),
+        note=raw.get("note", ""),
+        key_fields=tuple(FieldSpec.parse(f, {}) for f in raw["key"]),
+        value=ValueFormat(
+            versions=Versions.parse(value["versions"]),
+            flexible=Versions.parse(value["flexible"]) if "flexible" in value else Versions(1, 0),
+            fields=tuple(FieldSpec.parse(f, structs) for f in value["fields"]),
+        ),
+    )
+
+
+@cache
+def record_formats() -> dict[int, RecordFormat]:
+    """Every known record type, keyed by its int16 number."""
+    formats = {}
+    for path in sorted(RECORDS_DIR.glob("[0-9][0-9]_*.json")):
+        fmt = _parse_record(json.loads(path.read_text()))
+        formats[fmt.record_type] = fmt
+    return formats
+
+
+@cache
+def embedded_struct(name: str) -> tuple[Versions, tuple[FieldSpec, ...]]:
+    """A consumer-protocol struct (subscription/assignment) from consumer_protocol.json."""
+    raw = json.loads((RECORDS_DIR / "consumer_protocol.json").read_text())["structs"][name]
+    return Versions.parse(raw["versions"]), tuple(FieldSpec.parse(f, {}) for f in raw["fields"])
