@@ -1,0 +1,132 @@
+"""Table contracts: ``schemas/tables/*.json`` as Arrow schemas (and Spark ones through Arrow).
+
+The contracts are the single definition of every Delta table's columns, types and
+analyst-facing comments; writers conform their data to them before every commit, so
+delta-rs and delta-spark produce the same tables.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+
+import pyarrow as pa
+
+from pipelines.decode.formats import SCHEMAS_DIR
+
+TABLES_DIR = SCHEMAS_DIR / "tables"
+
+_SIMPLE = {
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "boolean": pa.bool_(),
+    "tinyint": pa.int8(),
+    "smallint": pa.int16(),
+    "int": pa.int32(),
+    "bigint": pa.int64(),
+    "double": pa.float64(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "date": pa.date32(),
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    nullable: bool
+    comment: str
+
+
+@dataclass(frozen=True)
+class TableContract:
+    name: str
+    kind: str  # history | state | snapshot | quality
+    description: str
+    key: tuple[str, ...]
+    columns: tuple[Column, ...]
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema(
+            [pa.field(c.name, parse_type(c.type), nullable=c.nullable,
+                      metadata={"comment": c.comment}) for c in self.columns],
+            metadata={"description": self.description},
+        )
+
+    @property
+    def change_schema(self) -> pa.Schema:
+        """The schema with every column nullable: delete rows of a change set carry only keys."""
+        return pa.schema([f.with_nullable(True) for f in self.arrow_schema])
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def conform(self, table: pa.Table, schema: pa.Schema | None = None) -> pa.Table:
+        """Select, order and cast ``table``'s columns to the contract (missing ones as nulls)."""
+        schema = schema or self.arrow_schema
+        arrays = []
+        for field in schema:
+            if field.name in table.column_names:
+                column = table.column(field.name)
+                if column.type != field.type:
+                    column = column.cast(field.type)
+            else:
+                column = pa.nulls(table.num_rows, field.type)
+            arrays.append(column)
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+
+@cache
+def contracts() -> dict[str, TableContract]:
+    out = {}
+    for path in sorted(TABLES_DIR.glob("*.json")):
+        raw = json.loads(path.read_text())
+        out[raw["name"]] = TableContract(
+            name=raw["name"],
+            kind=raw["kind"],
+            description=raw["description"],
+            key=tuple(raw.get("key", ())),
+            columns=tuple(Column(c["name"], c["type"], c.get("nullable", True), c.get("comment", ""))
+                          for c in raw["columns"]),
+        )
+    return out
+
+
+def contract(name: str) -> TableContract:
+    return contracts()[name]
+
+
+_TOKEN = re.compile(r"\s*([<>,:]|[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def parse_type(text: str) -> pa.DataType:
+    """Spark DDL type (``array<struct<topic:string,partitions:array<int>>>``) to Arrow."""
+    tokens = [t for t in _TOKEN.findall(text) if t]
+    dtype, rest = _parse(tokens)
+    if rest:
+        raise ValueError(f"trailing tokens in type {text!r}: {rest}")
+    return dtype
+
+
+def _parse(tokens: list[str]) -> tuple[pa.DataType, list[str]]:
+    head, rest = tokens[0].lower(), tokens[1:]
+    if head in _SIMPLE:
+        return _SIMPLE[head], rest
+    if head == "array":
+        elem, rest = _parse(rest[1:])  # skip "<"
+        return pa.list_(elem), rest[1:]  # skip ">"
+    if head == "struct":
+        fields = []
+        rest = rest[1:]
+        while rest[0] != ">":
+            name = rest[0]
+            ftype, rest = _parse(rest[2:])  # skip name ":"
+            fields.append(pa.field(name, ftype))
+            if rest[0] == ",":
+                rest = rest[1:]
+        return pa.struct(fields), rest[1:]
+    raise ValueError(f"unknown type {head!r}")

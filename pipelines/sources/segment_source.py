@@ -1,0 +1,276 @@
+"""``offsetlake-segments``: a PySpark Python Data Source over a tree of segment files.
+
+Streaming (with ``availableNow`` and bounded micro-batches) or batch. Offsets are, per
+partition directory, the next log offset to read, so Spark's checkpoint makes reruns
+resume exactly where they stopped. Transaction markers are applied as the coordinator
+does (aborted data dropped, committed kept in place) and reading stops at each
+partition's last stable offset, as a ``read_committed`` consumer would; control records
+themselves are kept (flagged) for the audit trail.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from pipelines.sources.raw import RAW_ARROW_SCHEMA
+from pipelines.sources.segments import (
+    PartitionLog,
+    Record,
+    find_segments,
+    fold_transactions,
+    read_segment_file,
+    records_to_arrow,
+)
+
+log = logging.getLogger(__name__)
+
+NAME = "offsetlake-segments"
+
+# Spark exchanges timestamps as microseconds; the raw schema with Spark's timestamp unit.
+SPARK_RAW_SCHEMA = pa.schema([
+    f.with_type(pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(f.type) else f
+    for f in RAW_ARROW_SCHEMA
+])
+
+
+# ----------------------------------------------------------------------------- pure helpers
+
+
+def log_key(root: Path, plog: PartitionLog) -> str:
+    """Stable id of a partition directory relative to the root (the checkpoint's offset key)."""
+    try:
+        return str(plog.directory.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(plog.directory.resolve())
+
+
+def cluster_of(plog: PartitionLog, option: str) -> str:
+    """``auto``: the data dir's ``meta.properties`` cluster.id, else the data dir's path."""
+    if option != "auto":
+        return option
+    meta = plog.directory.parent / "meta.properties"
+    if meta.exists():
+        for line in meta.read_text(errors="replace").splitlines():
+            if line.startswith("cluster.id="):
+                return line.split("=", 1)[1].strip()
+    return str(plog.directory.parent)
+
+
+def _emitted(fold) -> list[Record]:
+    """Records a read_committed reader hands on: committed data and control markers, in order."""
+    out = fold.records + fold.markers
+    out.sort(key=lambda r: r.offset)
+    return [r for r in out if r.offset < fold.last_stable_offset]
+
+
+@dataclass
+class PartitionIndex:
+    """Offsets a reader will emit for one partition directory, and where it must stop."""
+
+    offsets: np.ndarray  # sorted log offsets of emitted records
+    last_stable_offset: int
+    signature: tuple
+
+
+def _signature(plog: PartitionLog) -> tuple:
+    stats = []
+    for seg in plog.segments:
+        st = os.stat(seg.path)
+        stats.append((str(seg.path), st.st_size, st.st_mtime_ns))
+    return tuple(stats)
+
+
+def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None) -> PartitionIndex:
+    sig = _signature(plog)
+    if cached is not None and cached.signature == sig:
+        return cached
+    records = [r for seg in plog.segments for _, batch in read_segment_file(seg) for r in batch]
+    fold = fold_transactions(records)
+    offsets = np.fromiter((r.offset for r in _emitted(fold)), dtype=np.int64)
+    return PartitionIndex(offsets, fold.last_stable_offset, sig)
+
+
+def plan_end_offsets(
+    indexes: dict[str, PartitionIndex], start: dict[str, int], max_rows: int | None
+) -> dict[str, int]:
+    """End offsets (exclusive) per partition, taking at most ``max_rows`` records in total."""
+    end = dict(start)
+    budget = max_rows
+    pending = {}
+    for key, idx in sorted(indexes.items()):
+        lo = int(np.searchsorted(idx.offsets, start.get(key, 0), side="left"))
+        pending[key] = (idx, lo, len(idx.offsets))
+    while pending:
+        share = None if budget is None else max(1, budget // len(pending))
+        for key in list(pending):
+            idx, lo, hi = pending.pop(key)
+            take = hi - lo if share is None else min(hi - lo, share)
+            if take <= 0:
+                continue
+            new_lo = lo + take
+            end[key] = (
+                int(idx.offsets[new_lo])
+                if new_lo < hi
+                else int(max(idx.offsets[-1] + 1, start.get(key, 0)))
+            )
+            if budget is not None:
+                budget -= take
+                if budget <= 0:
+                    return end
+            if new_lo < hi:
+                pending[key] = (idx, new_lo, hi)
+    return end
+
+
+def read_range(
+    plog: PartitionLog, start: int, end: int, cluster_id: str, rows_per_batch: int = 65536
+) -> Iterator[pa.RecordBatch]:
+    """Emitted records with ``start <= offset < end``, as RAW_ARROW_SCHEMA batches.
+
+    Reading starts at the segment holding ``start``: a transaction decided later is still
+    resolved by its marker, which lies further on in the log.
+    """
+    segs = plog.segments
+    first = 0
+    for i, seg in enumerate(segs):
+        if seg.base_offset <= start:
+            first = i
+    records = [r for seg in segs[first:] for _, batch in read_segment_file(seg) for r in batch]
+    fold = fold_transactions(records)
+    wanted = [r for r in _emitted(fold) if start <= r.offset < end]
+    for batch in records_to_arrow(wanted, cluster_id=cluster_id, rows_per_batch=rows_per_batch):
+        yield batch.cast(SPARK_RAW_SCHEMA)
+
+
+# ----------------------------------------------------------------------------- Spark
+
+
+def _spark_classes():
+    """Build the Data Source classes lazily so importing this module needs no Spark."""
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceReader,
+        DataSourceStreamReader,
+        InputPartition,
+    )
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    class SegmentRange(InputPartition):
+        def __init__(
+            self, directory: str, partition: int, start: int, end: int, cluster: str
+        ) -> None:
+            super().__init__((directory, start, end))
+            self.directory, self.partition = directory, partition
+            self.start, self.end, self.cluster = start, end, cluster
+
+    class _Common:
+        def __init__(self, options: dict[str, str]) -> None:
+            self.root = Path(options["path"])
+            self.cluster_option = options.get("cluster_id", "default")
+            self.rows_per_batch = int(options.get("rows_per_arrow_batch", 65536))
+            self.max_rows = int(options.get("max_records_per_batch", 0)) or None
+            self._indexes: dict[str, PartitionIndex] = {}
+            self._logs: dict[str, PartitionLog] = {}
+
+        def _refresh(self) -> dict[str, PartitionIndex]:
+            for plog in find_segments(self.root):
+                key = log_key(self.root, plog)
+                self._logs[key] = plog
+                self._indexes[key] = index_partition(plog, self._indexes.get(key))
+            return self._indexes
+
+        def _partitions(self, start: dict, end: dict) -> list:
+            parts = []
+            for key, stop in sorted(end.items()):
+                begin = start.get(key, 0)
+                if stop > begin:
+                    plog = self._logs[key]
+                    parts.append(
+                        SegmentRange(
+                            str(plog.directory),
+                            plog.offsets_partition,
+                            begin,
+                            stop,
+                            cluster_of(plog, self.cluster_option),
+                        )
+                    )
+            return parts
+
+        def read(self, partition: SegmentRange) -> Iterator[pa.RecordBatch]:
+            plog = next(p for p in find_segments(partition.directory))
+            yield from read_range(
+                plog, partition.start, partition.end, partition.cluster, self.rows_per_batch
+            )
+
+    class SegmentStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, options: dict[str, str]) -> None:
+            super().__init__(options)
+            self._target: dict[str, int] | None = None
+
+        def initialOffset(self) -> dict:
+            return {}
+
+        def getDefaultReadLimit(self) -> ReadLimit:
+            return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            self._target = plan_end_offsets(self._refresh(), {}, None)
+            log.info("availableNow target: %d partition directories", len(self._target))
+
+        def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+            start = dict(start or {})
+            indexes = self._refresh()
+            if self._target is not None:  # never read past what existed when the run started
+                indexes = {
+                    k: PartitionIndex(
+                        v.offsets[v.offsets < self._target.get(k, 0)],
+                        v.last_stable_offset,
+                        v.signature,
+                    )
+                    for k, v in indexes.items()
+                }
+            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+            return plan_end_offsets(indexes, start, max_rows)
+
+        def partitions(self, start: dict, end: dict) -> list:
+            return self._partitions(start, end)
+
+        def commit(self, end: dict) -> None:
+            """Advisory only: positions live in Spark's checkpoint (PLATFORM.md)."""
+
+    class SegmentBatchReader(_Common, DataSourceReader):
+        def partitions(self) -> list:
+            return self._partitions({}, plan_end_offsets(self._refresh(), {}, None))
+
+    class SegmentDataSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return NAME
+
+        def schema(self):
+            return from_arrow_schema(SPARK_RAW_SCHEMA)
+
+        def reader(self, schema):
+            return SegmentBatchReader(self.options)
+
+        def streamReader(self, schema):
+            return SegmentStreamReader(self.options)
+
+    return SegmentDataSource
+
+
+def register(spark) -> None:
+    spark.dataSource.register(_spark_classes())

@@ -1,0 +1,95 @@
+"""Ownership history: who owned which partition from which generation/time to which.
+
+A classic GroupMetadata record starts a generation: the previous generation's rows are
+closed and one row per (member, partition) of the new assignment is opened. A KIP-848
+current-assignment record does the same for one member at its member epoch. Tombstones
+close rows. Rows are only ever closed, never deleted, so rebalances and KIP-70
+subscription changes stay auditable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from pipelines.state.groups import LatestRecord
+
+GenKey = tuple[str, int, str, str, int]  # group, generation, member, topic, partition
+
+
+def _classic_rows(group_id: str, rec: LatestRecord) -> dict[GenKey, dict[str, Any]]:
+    value = rec.value or {}
+    generation = value.get("generation", 0)
+    rows = {}
+    for m in value.get("members") or ():
+        sub = m.get("subscription") if isinstance(m.get("subscription"), dict) else {}
+        asg = m.get("assignment") if isinstance(m.get("assignment"), dict) else {}
+        base = {"group_type": "classic", "group_instance_id": m.get("group_instance_id"),
+                "client_id": m.get("client_id"), "client_host": m.get("client_host"),
+                "subscribed_topics": sub.get("topics")}
+        owned = [(tp["topic"], p) for tp in asg.get("assigned_partitions") or () for p in tp["partitions"]]
+        for topic, partition in owned or [("", -1)]:
+            rows[(group_id, generation, m["member_id"], topic, partition)] = base
+    return rows
+
+
+def _member_rows(group_id: str, rec: LatestRecord, topic_names: dict[str, str]) -> dict[GenKey, dict[str, Any]]:
+    value = rec.value or {}
+    epoch = value.get("member_epoch", 0)
+    base = {"group_type": "consumer", "group_instance_id": None, "client_id": None,
+            "client_host": None, "subscribed_topics": None}
+    owned = [(topic_names.get(tp["topic_id"], tp["topic_id"]), p)
+             for tp in value.get("assigned_partitions") or () for p in tp["partitions"]]
+    return {(group_id, epoch, rec.subkey, topic, partition): base for topic, partition in owned or [("", -1)]}
+
+
+def generation_changes(
+    open_rows: Iterable[dict[str, Any]],
+    events: Iterable[tuple[str, LatestRecord]],
+    topic_names: dict[str, str],
+    cluster_id: str,
+    updated_at: datetime,
+) -> list[dict[str, Any]]:
+    """Rows to upsert into ``group_generations`` after replaying ``events`` in log order.
+
+    ``open_rows`` are the currently open rows (valid_to null) of the groups in ``events``.
+    """
+    open_by_key: dict[GenKey, dict[str, Any]] = {
+        (r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"]): dict(r)
+        for r in open_rows
+    }
+    changed: dict[GenKey, dict[str, Any]] = {}
+
+    def close(keys: list[GenKey], rec: LatestRecord) -> None:
+        for key in keys:
+            row = open_by_key.pop(key)
+            row.update(valid_to=rec.record_timestamp, valid_to_offset=rec.offset, updated_at=updated_at)
+            changed[key] = row
+
+    def open_(new: dict[GenKey, dict[str, Any]], rec: LatestRecord) -> None:
+        for key, attrs in new.items():
+            if key in open_by_key:
+                continue  # same owner, same generation: still the same ownership
+            row = {"cluster_id": cluster_id, "group_id": key[0], "generation": key[1],
+                   "member_id": key[2], "topic": key[3], "partition": key[4], **attrs,
+                   "valid_from": rec.record_timestamp, "valid_to": None,
+                   "valid_from_offset": rec.offset, "valid_to_offset": None,
+                   "offsets_partition": rec.offsets_partition, "updated_at": updated_at}
+            open_by_key[key] = row
+            changed[key] = row
+
+    for group_id, rec in sorted(events, key=lambda e: (e[1].offsets_partition, e[1].offset)):
+        in_group = [k for k in open_by_key if k[0] == group_id]
+        if rec.record_type == 2:
+            new = {} if rec.is_tombstone else _classic_rows(group_id, rec)
+            close([k for k in in_group if open_by_key[k]["group_type"] == "classic" and k not in new], rec)
+            open_(new, rec)
+        elif rec.record_type == 8:
+            mine = [k for k in in_group if k[2] == rec.subkey and open_by_key[k]["group_type"] == "consumer"]
+            new = {} if rec.is_tombstone else _member_rows(group_id, rec, topic_names)
+            close([k for k in mine if k not in new], rec)
+            open_(new, rec)
+        elif rec.record_type == 3 and rec.is_tombstone:
+            close([k for k in in_group if open_by_key[k]["group_type"] == "consumer"], rec)
+    return list(changed.values())
