@@ -171,3 +171,29 @@ def run_ingest(spark, cfg: IngestConfig) -> IngestReport:
     if query.exception() is not None:
         raise RuntimeError(f"ingest query failed: {query.exception()}")
     return report
+
+
+def ingest_segments_local(path: str | Path, lake: str | Path, cluster_id: str = "default",
+                          engine: DeltaEngine | None = None, app_id: str = "offsetlake-local",
+                          first_batch_id: int = 0) -> IngestReport:
+    """The same per-batch processing without Spark: one batch per partition directory.
+
+    For tests and tools where Spark is not the point (building a lake from a recording to
+    reconcile against it); the streaming job remains the way to ingest incrementally.
+    """
+    import pyarrow as pa
+
+    from pipelines.sources.segment_source import cluster_of, index_partition, read_range
+    from pipelines.sources.segments import find_segments
+
+    engine = engine or make_engine("delta-rs", lake)
+    report = IngestReport()
+    started = time.perf_counter()
+    for batch_id, plog in enumerate(find_segments(path), start=first_batch_id):
+        idx = index_partition(plog)
+        end = int(idx.offsets[-1]) + 1 if len(idx.offsets) else 0
+        batches = list(read_range(plog, 0, end, cluster_of(plog, cluster_id)))
+        if batches:
+            process_batch(engine, pa.Table.from_batches(batches), batch_id, app_id, report)
+    report.seconds = time.perf_counter() - started
+    return report

@@ -15,7 +15,9 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
-    if master or "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+    # Under spark-submit the JVM started this process (PYSPARK_GATEWAY_PORT is set) and the
+    # master comes from spark-submit; standalone runs default to local Spark.
+    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master(master or os.environ.get("OFFSETLAKE_SPARK_MASTER", "local[2]"))
     conf = {
         "spark.sql.shuffle.partitions": "4",

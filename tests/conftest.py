@@ -33,3 +33,23 @@ def golden_dir() -> Path:
 @pytest.fixture(scope="session")
 def scenario_a() -> Path:
     return corpus_path("golden", "scenario-a")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The one local SparkSession of the test run (start-up is the expensive part)."""
+    from pipelines.spark import spark_session
+
+    session = spark_session("offsetlake-tests", master="local[2]")
+    yield session
+    session.stop()
+
+
+def table_rows(lake: Path, table: str, drop: tuple[str, ...] = ()) -> list[dict]:
+    """A Delta table's rows, sorted, without the columns that legitimately differ per run."""
+    from deltalake import DeltaTable
+
+    volatile = {"ingested_at", "updated_at", "ingest_batch_id", *drop}
+    rows = DeltaTable(str(lake / table)).to_pyarrow_table().to_pylist()
+    rows = [{k: v for k, v in r.items() if k not in volatile} for r in rows]
+    return sorted(rows, key=lambda r: repr(sorted(r.items())))

@@ -1,0 +1,368 @@
+"""The quality gate: a Great Expectations 1.x suite over the lake and the latest reconciliation.
+
+Why: reconciliation proves the state matches the brokers; these expectations prove the
+tables are internally sound (keys, one current row per key, records in the partition
+Kafka's hash puts their group in, sane offsets and timestamps) and turn "no unexplained
+difference" into a pass/fail gate with a record of why.
+
+How: an ephemeral GX context with a pandas datasource fed from Arrow (these checks are
+column scans of modest tables; Spark would add a JVM start for nothing). One suite per
+table, one ValidationDefinition each, run with a shared GX run id. Results go to the
+append-only ``quality_results`` Delta table (one row per expectation per run) and to GX
+data docs rendered by GX's own ``SiteBuilder`` into ``<lake>/_quality/data_docs/`` (the
+index shows the latest run; earlier runs' pages stay on disk, ``quality_results`` keeps
+the full history).
+
+Public API: :func:`run_quality_gate`, :class:`QualityReport`, :class:`ExpectationOutcome`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.decode import partition_for
+from pipelines.lake.contracts import contract
+from pipelines.lake.engines import DeltaEngine
+from pipelines.reconcile.snapshot import string_field
+
+log = logging.getLogger(__name__)
+
+TABLE = "quality_results"
+DATA_DOCS_DIR = Path("_quality") / "data_docs"
+DEFAULT_TIMESTAMP_TOLERANCE = timedelta(hours=1)
+_PARTITION_OK = "partition_for_ok"
+_SAMPLE = 20
+
+
+@dataclass(frozen=True)
+class _Check:
+    """One expectation with the readable name it is reported under."""
+
+    name: str
+    expectation: Any  # a great_expectations.expectations.Expectation
+
+
+@dataclass
+class _Suite:
+    table: str
+    frame: Any  # pandas.DataFrame
+    checks: list[_Check]
+    index_columns: list[str]
+    complete: bool = False  # COMPLETE result format (every failing row), for small tables
+
+
+@dataclass(frozen=True)
+class ExpectationOutcome:
+    """One expectation's result, flattened for ``quality_results`` and the CLI summary."""
+
+    suite: str
+    table: str
+    expectation: str
+    expectation_type: str
+    column: str | None
+    success: bool
+    observed_value: str | None
+    element_count: int | None
+    unexpected_count: int | None
+    details: dict[str, Any]
+
+    def examples(self, limit: int = 10) -> list[Any]:
+        result = self.details.get("result") or {}
+        rows = result.get("unexpected_index_list") or result.get("partial_unexpected_index_list")
+        return list(rows or result.get("partial_unexpected_list") or [])[:limit]
+
+
+@dataclass
+class QualityReport:
+    """One gate run: every outcome, whether all held, and where the data docs are."""
+
+    run_id: str
+    run_at: datetime
+    outcomes: list[ExpectationOutcome] = field(default_factory=list)
+    data_docs_index: Path | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(o.success for o in self.outcomes)
+
+    def failed(self) -> list[ExpectationOutcome]:
+        return [o for o in self.outcomes if not o.success]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "ran": True,
+            "run_id": self.run_id,
+            "passed": self.passed,
+            "expectations": len(self.outcomes),
+            "failed": [{"expectation": o.expectation, "table": o.table, "column": o.column,
+                        "observed_value": o.observed_value,
+                        "unexpected_count": o.unexpected_count, "examples": o.examples()}
+                       for o in self.failed()],
+            "data_docs": str(self.data_docs_index) if self.data_docs_index else None,
+        }
+
+
+# ------------------------------------------------------------------------------ frames
+
+
+def _read(engine: DeltaEngine, table: str, columns: list[str], cluster_id: str) -> pa.Table:
+    """The cluster's rows of a lake table (the contract's empty table when it does not exist)."""
+    if not engine.exists(table):
+        return contract(table).arrow_schema.empty_table().select(columns)
+    return engine.read(table, columns=columns, filter_expr=string_field("cluster_id") == cluster_id)
+
+
+def with_partition_check(table: pa.Table, num_partitions: int) -> pa.Table:
+    """Add ``partition_for_ok``: does ``partition_for(group_id, N)`` equal the row's
+    ``offsets_partition`` (spec 3.5, section 5 item 4)? Hashes each distinct group once."""
+    groups = table.column("group_id").cast(pa.string())
+    distinct = pc.unique(groups)
+    expected = pa.array([partition_for(g, num_partitions) for g in distinct.to_pylist()],
+                        pa.int32())
+    per_row = pc.take(expected, pc.index_in(groups, value_set=distinct))
+    ok = pc.equal(per_row, table.column("offsets_partition").cast(pa.int32()))
+    return table.append_column(_PARTITION_OK, ok)
+
+
+def history_time_range(engine: DeltaEngine, cluster_id: str) -> tuple[datetime, datetime] | None:
+    """Min and max record timestamp in ``offsets_raw`` (None without timestamps)."""
+    ts = _read(engine, "offsets_raw", ["timestamp"], cluster_id).column("timestamp")
+    bounds = pc.min_max(ts).as_py()
+    if bounds["min"] is None:
+        return None
+    return bounds["min"], bounds["max"]
+
+
+def _strings_plain(table: pa.Table) -> pa.Table:
+    """delta-rs hands back ``string_view``; pandas/GX want plain strings."""
+    fields = [f.with_type(pa.string()) if pa.types.is_string_view(f.type) else f
+              for f in table.schema]
+    return table.cast(pa.schema(fields))
+
+
+def _frame(table: pa.Table) -> Any:
+    return _strings_plain(table).to_pandas()
+
+
+# ------------------------------------------------------------------------------ suites
+
+
+def _not_null(gxe: Any, columns: list[str]) -> list[_Check]:
+    return [_Check(f"{col} is never null", gxe.ExpectColumnValuesToNotBeNull(column=col))
+            for col in columns]
+
+
+def _build_suites(engine: DeltaEngine, cluster_id: str, reconciliation: pa.Table | None,
+                  num_partitions: int, tolerance: timedelta) -> list[_Suite]:
+    import great_expectations.expectations as gxe
+
+    suites: list[_Suite] = []
+    span = history_time_range(engine, cluster_id)
+    low = high = None
+    if span is not None:
+        low, high = span[0] - tolerance, span[1] + tolerance
+
+    def time_check(column: str) -> list[_Check]:
+        if low is None:
+            log.info("no record timestamps in offsets_raw: %s range not checked", column)
+            return []
+        return [_Check(f"{column} within the history's record time range ± {tolerance}",
+                       gxe.ExpectColumnValuesToBeBetween(column=column, min_value=low,
+                                                         max_value=high))]
+
+    def partition_check() -> _Check:  # a fresh expectation per suite (GX binds it to one)
+        return _Check(f"partition_for(group_id, {num_partitions}) == offsets_partition",
+                      gxe.ExpectColumnValuesToBeInSet(column=_PARTITION_OK, value_set=[True]))
+
+    key = list(contract("committed_offsets").key)
+    co = _read(engine, "committed_offsets",
+               [*key, "committed_offset", "commit_timestamp", "offsets_partition"], cluster_id)
+    suites.append(_Suite("committed_offsets", _frame(with_partition_check(co, num_partitions)), [
+        *_not_null(gxe, key),
+        _Check("one current row per (cluster_id, group_id, topic, partition)",
+               gxe.ExpectCompoundColumnsToBeUnique(column_list=key)),
+        _Check("committed_offset >= -1",
+               gxe.ExpectColumnValuesToBeBetween(column="committed_offset", min_value=-1)),
+        partition_check(),
+        *time_check("commit_timestamp"),
+    ], index_columns=key))
+
+    key = list(contract("consumer_groups").key)
+    cg = _read(engine, "consumer_groups", [*key, "offsets_partition"], cluster_id)
+    suites.append(_Suite("consumer_groups", _frame(with_partition_check(cg, num_partitions)), [
+        *_not_null(gxe, key),
+        _Check("one current row per (cluster_id, group_id)",
+               gxe.ExpectCompoundColumnsToBeUnique(column_list=key)),
+        partition_check(),
+    ], index_columns=key))
+
+    key = list(contract("group_members").key)
+    gm = _read(engine, "group_members", key, cluster_id)
+    suites.append(_Suite("group_members", _frame(gm), [
+        *_not_null(gxe, key),
+        _Check("one current row per (cluster_id, group_id, member_id)",
+               gxe.ExpectCompoundColumnsToBeUnique(column_list=key)),
+    ], index_columns=key))
+
+    index = ["offsets_partition", "offset", "group_id"]
+    oc = _read(engine, "offset_commits",
+               [*index, "committed_offset", "commit_timestamp"], cluster_id)
+    suites.append(_Suite("offset_commits", _frame(with_partition_check(oc, num_partitions)), [
+        partition_check(),
+        _Check("committed_offset >= -1",
+               gxe.ExpectColumnValuesToBeBetween(column="committed_offset", min_value=-1)),
+        *time_check("commit_timestamp"),
+    ], index_columns=index))
+
+    gmeta = _read(engine, "group_metadata", index, cluster_id)
+    suites.append(_Suite("group_metadata", _frame(with_partition_check(gmeta, num_partitions)),
+                         [partition_check()], index_columns=index))
+
+    if reconciliation is not None:
+        from pipelines.reconcile.reconcile import CLASSES
+
+        rkey = ["cluster_id", "reconcile_id", "snapshot_id", "level", "group_id",
+                "classification"]
+        suites.append(_Suite("reconciliation", _frame(reconciliation), [
+            *_not_null(gxe, rkey),
+            _Check("every classification is a known class",
+                   gxe.ExpectColumnValuesToBeInSet(column="classification",
+                                                   value_set=list(CLASSES))),
+            _Check("no unexplained difference in the latest reconciliation",
+                   gxe.ExpectColumnValuesToBeInSet(column="explained", value_set=[True])),
+        ], index_columns=["level", "group_id", "topic", "partition", "classification"],
+            complete=True))
+    return suites
+
+
+# ------------------------------------------------------------------------------ run
+
+
+def _context(docs_dir: Path | None) -> Any:
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    if docs_dir is not None:
+        context.add_data_docs_site(site_name="offsetlake", site_config={
+            "class_name": "SiteBuilder",
+            "store_backend": {"class_name": "TupleFilesystemStoreBackend",
+                              "base_directory": str(docs_dir)},
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        })
+    return context
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _outcome(suite: _Suite, check: _Check, result: Any) -> ExpectationOutcome:
+    raw = result.to_json_dict()
+    res = raw.get("result") or {}
+    config = raw.get("expectation_config") or {}
+    kwargs = {k: v for k, v in (config.get("kwargs") or {}).items() if k != "batch_id"}
+    column = kwargs.get("column") or ",".join(kwargs.get("column_list") or []) or None
+    observed = res.get("observed_value")
+    if observed is None and "unexpected_count" in res:
+        observed = f"{res['unexpected_count']} of {res.get('element_count')} rows unexpected"
+    exception = raw.get("exception_info") or {}
+    if exception.get("raised_exception"):
+        observed = f"error: {exception.get('exception_message')}"
+    return ExpectationOutcome(
+        suite=f"offsetlake.{suite.table}", table=suite.table, expectation=check.name,
+        expectation_type=config.get("type", ""), column=column, success=bool(raw.get("success")),
+        observed_value=None if observed is None else (
+            observed if isinstance(observed, str) else json.dumps(_jsonable(observed))),
+        element_count=res.get("element_count"), unexpected_count=res.get("unexpected_count"),
+        details=_jsonable({"kwargs": kwargs, "result": res,
+                           "exception_info": exception if exception.get("raised_exception")
+                           else None}))
+
+
+def run_quality_gate(engine: DeltaEngine, *, cluster_id: str = "default",
+                     reconciliation: pa.Table | None = None, reconcile_id: str | None = None,
+                     snapshot_id: str | None = None, num_partitions: int = 50,
+                     timestamp_tolerance: timedelta = DEFAULT_TIMESTAMP_TOLERANCE,
+                     data_docs: bool = True, run_at: datetime | None = None) -> QualityReport:
+    """Validate the lake (and ``reconciliation``, this run's rows) and record the results.
+
+    ``num_partitions`` is the N of ``partition_for`` (the caller resolves it from the
+    snapshot / flag / 50). Writes one ``quality_results`` row per expectation; builds data
+    docs under ``<lake>/_quality/data_docs/`` unless ``data_docs`` is False.
+    """
+    import great_expectations as gx
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    run_at = run_at or datetime.now(timezone.utc)
+    run_id = f"{run_at.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}-{uuid.uuid4().hex[:8]}"
+    docs_dir = Path(engine.root) / DATA_DOCS_DIR if data_docs else None
+    context = _context(docs_dir)
+    source = context.data_sources.add_pandas(name="offsetlake")
+    gx_run = RunIdentifier(run_name=run_id, run_time=run_at)
+    report = QualityReport(run_id=run_id, run_at=run_at)
+
+    for suite in _build_suites(engine, cluster_id, reconciliation, num_partitions,
+                               timestamp_tolerance):
+        gx_suite = context.suites.add(gx.ExpectationSuite(name=f"offsetlake.{suite.table}"))
+        for check in suite.checks:
+            check.expectation.meta = {"name": check.name}
+            gx_suite.add_expectation(check.expectation)
+        batch = source.add_dataframe_asset(name=suite.table) \
+            .add_batch_definition_whole_dataframe(f"{suite.table}-whole")
+        definition = context.validation_definitions.add(gx.ValidationDefinition(
+            name=f"{suite.table}-{run_id}", data=batch, suite=gx_suite))
+        result_format: dict[str, Any] = {
+            "result_format": "COMPLETE" if suite.complete else "SUMMARY",
+            "unexpected_index_column_names": suite.index_columns,
+            "partial_unexpected_count": _SAMPLE}
+        validation = definition.run(batch_parameters={"dataframe": suite.frame},
+                                    result_format=result_format, run_id=gx_run)
+        by_name = {c.name: c for c in suite.checks}
+        for result in validation.results:
+            name = (result.expectation_config.meta or {}).get("name", "")
+            report.outcomes.append(_outcome(suite, by_name.get(name, _Check(name, None)), result))
+
+    if docs_dir is not None:
+        try:
+            context.build_data_docs(site_names=["offsetlake"])
+            report.data_docs_index = docs_dir / "index.html"
+        except Exception:  # docs are a convenience; the gate's verdict must not depend on them
+            log.warning("building GX data docs under %s failed", docs_dir, exc_info=True)
+
+    _store(engine, report, cluster_id, reconcile_id, snapshot_id)
+    for o in report.failed():
+        log.warning("quality: %s / %s failed: %s", o.table, o.expectation, o.observed_value)
+    log.info("quality run %s: %d expectations, %d failed", run_id, len(report.outcomes),
+             len(report.failed()))
+    return report
+
+
+def _store(engine: DeltaEngine, report: QualityReport, cluster_id: str,
+           reconcile_id: str | None, snapshot_id: str | None) -> None:
+    """Append the run's outcomes to ``quality_results`` (idempotent per run id)."""
+    spec = contract(TABLE)
+    rows = [{
+        "cluster_id": cluster_id, "run_id": report.run_id, "run_at": report.run_at,
+        "reconcile_id": reconcile_id, "snapshot_id": snapshot_id, "suite": o.suite,
+        "table": o.table, "expectation": o.expectation, "expectation_type": o.expectation_type,
+        "column": o.column, "success": o.success, "observed_value": o.observed_value,
+        "element_count": o.element_count, "unexpected_count": o.unexpected_count,
+        "details_json": json.dumps(o.details, ensure_ascii=False),
+    } for o in report.outcomes]
+    engine.append(spec, pa.Table.from_pylist(rows, schema=spec.arrow_schema),
+                  f"offsetlake-quality:{cluster_id}:{report.run_id}", 0)
+
+
+__all__ = ["DATA_DOCS_DIR", "ExpectationOutcome", "QualityReport", "history_time_range",
+           "run_quality_gate", "with_partition_check"]

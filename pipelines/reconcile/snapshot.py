@@ -1,0 +1,215 @@
+"""Cluster snapshots in the lake: the brokers' answers kept next to the tables built from the log.
+
+Why: reconciliation needs the live answers at a known point (spec 3.2-3.3), and lag is
+only worth something as history. Each snapshot (:mod:`pipelines.reconcile.cluster`) is
+appended to six ``snapshot_*`` Delta tables, every row stamped with ``cluster_id``,
+``snapshot_id`` and ``captured_at``; nothing is ever overwritten, so ``snapshot_lag`` is
+the lag history across snapshots.
+
+The ``snapshot_runs`` row is written *last*: a snapshot listed there is complete, and
+readers (:func:`latest_snapshot`) never see a half-written one. Every write carries the
+Delta transaction ``("offsetlake-snapshot:<cluster>:<snapshot_id>", 0)``, so storing the
+same snapshot twice (a retried job, a recorded capture) is a no-op per table.
+
+Public API: :func:`take_snapshot` (live cluster -> lake, the CLI's ``snapshot``),
+:func:`store_snapshot` (any :class:`ClusterSnapshot`, e.g. from
+:func:`~pipelines.reconcile.cluster.snapshot_from_recorded`), :func:`latest_snapshot`,
+:func:`read_snapshot`, :class:`SnapshotInfo`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.lake.contracts import contract
+from pipelines.lake.engines import DeltaEngine, DeltaRsEngine
+from pipelines.reconcile.cluster import ClusterSnapshot, capture_snapshot
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_TABLES = ("snapshot_groups", "snapshot_members", "snapshot_offsets",
+                   "snapshot_log_end_offsets", "snapshot_lag", "snapshot_points")
+RUNS_TABLE = "snapshot_runs"
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """One ``snapshot_runs`` row: which snapshot, when, and how it was taken."""
+
+    snapshot_id: str
+    cluster_id: str
+    captured_at: datetime
+    source: str | None
+    require_stable: bool
+    num_offsets_partitions: int
+    errors: tuple[str, ...] = ()
+
+
+def string_field(name: str) -> pc.Expression:
+    """A string column for a delta-rs dataset filter.
+
+    delta-rs datasets expose strings as ``string_view``; comparing them to a plain string
+    scalar fails on the file statistics unless the column is cast first (PLATFORM.md).
+    """
+    return pc.field(name).cast(pa.string())
+
+
+def _app_id(cluster_id: str, snapshot_id: str) -> str:
+    return f"offsetlake-snapshot:{cluster_id}:{snapshot_id}"
+
+
+def _with_cluster(table: pa.Table, cluster_id: str) -> pa.Table:
+    return table.append_column("cluster_id", pa.array([cluster_id] * table.num_rows, pa.string()))
+
+
+def _runs_row(snapshot: ClusterSnapshot, cluster_id: str, stored_at: datetime) -> pa.Table:
+    offset_errors = sum(1 for r in snapshot.offsets if r.error_code)
+    partitions = len({p.offsets_partition for p in snapshot.points})
+    return pa.Table.from_pylist([{
+        "cluster_id": cluster_id, "snapshot_id": snapshot.snapshot_id,
+        "captured_at": snapshot.captured_at, "source": snapshot.source,
+        "require_stable": snapshot.require_stable, "num_groups": len(snapshot.groups),
+        "num_members": len(snapshot.members), "num_offsets": len(snapshot.offsets),
+        "num_offset_errors": offset_errors, "num_offsets_partitions": partitions,
+        "errors": list(snapshot.errors), "stored_at": stored_at,
+    }], schema=contract(RUNS_TABLE).arrow_schema)
+
+
+def store_snapshot(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_id: str = "default",
+                   *, stored_at: datetime | None = None) -> dict[str, int]:
+    """Append one snapshot to the six ``snapshot_*`` tables, then register it in
+    ``snapshot_runs``; returns the rows written per table (0 where a retry found it done).
+
+    Raises ``ValueError`` when a *different* snapshot with the same id is already stored
+    (e.g. a recorded capture stored once with and once without ``require_stable``): the
+    second would be silently skipped by the idempotent writes otherwise.
+    """
+    stored_at = stored_at or datetime.now(timezone.utc)
+    existing = _runs(engine, cluster_id, snapshot.snapshot_id)
+    if existing and existing[0].require_stable != snapshot.require_stable:
+        raise ValueError(
+            f"snapshot {snapshot.snapshot_id} of cluster {cluster_id} is already stored with "
+            f"require_stable={existing[0].require_stable}; a different capture needs its own id")
+    app_id = _app_id(cluster_id, snapshot.snapshot_id)
+    written: dict[str, int] = {}
+    for name, table in snapshot.to_arrow().items():
+        data = _with_cluster(table, cluster_id)
+        written[name] = data.num_rows if engine.append(contract(name), data, app_id, 0) else 0
+    runs = _runs_row(snapshot, cluster_id, stored_at)
+    written[RUNS_TABLE] = 1 if engine.append(contract(RUNS_TABLE), runs, app_id, 0) else 0
+    log.info("stored snapshot %s of cluster %s: %s", snapshot.snapshot_id, cluster_id,
+             ", ".join(f"{k}={v}" for k, v in written.items()))
+    return written
+
+
+def _coerce(value: Any) -> Any:
+    """CLI ``KEY=VALUE`` options arrive as strings; kafka-python wants ints/bools for many."""
+    if not isinstance(value, str):
+        return value
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def take_snapshot(lake: str | Path, bootstrap_servers: str, *, cluster_id: str = "default",
+                  require_stable: bool = False, kafka_config: dict[str, Any] | None = None,
+                  engine: DeltaEngine | None = None) -> dict[str, Any]:
+    """Capture the live cluster (:func:`capture_snapshot`) and store it in the lake.
+
+    ``kafka_config`` passes through to the capture: its own knobs (``timeout_s``,
+    ``request_timeout_ms``, ``max_retries``, ...) and kafka-python client settings
+    (``security_protocol``, ``sasl_mechanism``, ...; dotted Java-style keys are accepted and
+    turned into kafka-python's underscores). Returns a JSON-able summary for the CLI.
+    Raises :class:`~pipelines.reconcile.cluster.ClusterUnreachable` like the capture.
+    """
+    config = {key.replace(".", "_"): _coerce(value) for key, value in (kafka_config or {}).items()}
+    snapshot = capture_snapshot(bootstrap_servers, require_stable=require_stable, **config)
+    engine = engine or DeltaRsEngine(lake)
+    written = store_snapshot(engine, snapshot, cluster_id)
+    lags = [r.lag for r in snapshot.lag if r.lag is not None]
+    return {
+        "cluster_id": cluster_id,
+        "snapshot_id": snapshot.snapshot_id,
+        "captured_at": snapshot.captured_at.isoformat(),
+        "source": snapshot.source,
+        "require_stable": snapshot.require_stable,
+        "lake": str(engine.root),
+        "groups": len(snapshot.groups),
+        "groups_by_type_state": dict(Counter(f"{g.group_type}/{g.group_state}"
+                                             for g in snapshot.groups)),
+        "members": len(snapshot.members),
+        "offsets": sum(1 for r in snapshot.offsets if r.topic is not None),
+        "offset_errors": dict(Counter(r.error_name for r in snapshot.offsets if r.error_code)),
+        "offsets_partitions": len(snapshot.points),
+        "total_lag": sum(lags),
+        "rows_written": written,
+        "errors": list(snapshot.errors),
+    }
+
+
+def _info(row: dict[str, Any]) -> SnapshotInfo:
+    return SnapshotInfo(
+        snapshot_id=row["snapshot_id"], cluster_id=row["cluster_id"],
+        captured_at=row["captured_at"], source=row["source"],
+        require_stable=bool(row["require_stable"]),
+        num_offsets_partitions=int(row["num_offsets_partitions"] or 0),
+        errors=tuple(row["errors"] or ()))
+
+
+def _runs(engine: DeltaEngine, cluster_id: str, snapshot_id: str | None = None
+          ) -> list[SnapshotInfo]:
+    if not engine.exists(RUNS_TABLE):
+        return []
+    expr = string_field("cluster_id") == cluster_id
+    if snapshot_id is not None:
+        expr = expr & (string_field("snapshot_id") == snapshot_id)
+    rows = engine.read(RUNS_TABLE, filter_expr=expr).to_pylist()
+    return [_info(r) for r in rows]
+
+
+def latest_snapshot(engine: DeltaEngine, cluster_id: str = "default") -> SnapshotInfo | None:
+    """The cluster's most recently *captured* complete snapshot (None when there is none).
+
+    Ordered by ``captured_at`` (ties by ``snapshot_id``), not by when it was stored: a
+    recorded capture stored late must not shadow a newer live one.
+    """
+    runs = _runs(engine, cluster_id)
+    if not runs:
+        return None
+    return max(runs, key=lambda r: (r.captured_at, r.snapshot_id))
+
+
+def find_snapshot(engine: DeltaEngine, snapshot_id: str, cluster_id: str = "default"
+                  ) -> SnapshotInfo | None:
+    """One stored snapshot by id (None when it is not -- or not completely -- stored)."""
+    found = _runs(engine, cluster_id, snapshot_id)
+    return found[0] if found else None
+
+
+def read_snapshot(engine: DeltaEngine, snapshot_id: str, cluster_id: str = "default"
+                  ) -> dict[str, pa.Table]:
+    """The six tables of one snapshot, filtered to it (empty tables where nothing was stored)."""
+    expr = (string_field("cluster_id") == cluster_id) & (string_field("snapshot_id") == snapshot_id)
+    out: dict[str, pa.Table] = {}
+    for name in SNAPSHOT_TABLES:
+        table = engine.read(name, filter_expr=expr) if engine.exists(name) \
+            else contract(name).arrow_schema.empty_table()
+        out[name] = table
+    return out
+
+
+__all__ = ["RUNS_TABLE", "SNAPSHOT_TABLES", "SnapshotInfo", "find_snapshot", "latest_snapshot",
+           "read_snapshot", "store_snapshot", "string_field", "take_snapshot"]

@@ -1,0 +1,347 @@
+"""The ``offsetlake-kafka`` Python Data Source against the fake broker serving real segments.
+
+Why these tests: the source's one job is to deliver exactly what a read_committed consumer sees
+(no aborted transactional commits, nothing past the last stable offset, no gaps, no duplicates)
+across micro-batches and restarts. The golden scenario-a segments hold gzip/zstd, transactional
+batches and COMMIT/ABORT markers; ``consumed_read_committed.jsonl`` is what a real consumer read
+from the real broker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from pipelines.sources.kafka_source import (
+    SOURCE_NAME,
+    SPARK_ARROW_SCHEMA,
+    SPARK_SCHEMA,
+    KafkaDataLoss,
+    KafkaReadTimeout,
+    KafkaSourceConfigError,
+    KafkaUnreachable,
+    SourceOptions,
+    describe_topic,
+    explain_failure,
+    plan_end_offsets,
+    read_partition,
+    register,
+    spread_budget,
+)
+from pipelines.sources.raw import RAW_ARROW_SCHEMA
+from tests.support.fake_broker import (
+    OFFSETS_TOPIC,
+    FakeKafkaCluster,
+    control_batch,
+    record_batch,
+)
+
+log = logging.getLogger(__name__)
+
+Row = tuple[int, int, str, str | None]  # partition, offset, key hex, value hex
+UNREACHABLE = "127.0.0.1:1"
+
+
+# ------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] session for the whole run (PLATFORM.md: start-up is 5-10 s)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("offsetlake-tests")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def golden_kafka(scenario_a: Path) -> Iterator[FakeKafkaCluster]:
+    """Fake brokers serving the five real scenario-a ``__consumer_offsets`` logs."""
+    with FakeKafkaCluster(max_lifetime_s=300) as cluster:
+        for p in range(5):
+            cluster.load_segments(OFFSETS_TOPIC, p, sorted(
+                (scenario_a / "segments" / f"{OFFSETS_TOPIC}-{p}").glob("*.log")))
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def expected_read_committed(scenario_a: Path) -> dict[tuple[int, int], dict[str, Any]]:
+    """(partition, offset) -> the record a real read_committed consumer got."""
+    out = {}
+    with open(scenario_a / "consumed_read_committed.jsonl") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            out[(rec["partition"], rec["offset"])] = rec
+    return out
+
+
+# ------------------------------------------------------------------------------- helpers
+
+
+def _rows(table: pa.Table) -> list[Row]:
+    cols = table.select(["offsets_partition", "offset", "key", "value"]).to_pydict()
+    return [(p, o, k.hex(), None if v is None else v.hex())
+            for p, o, k, v in zip(cols["offsets_partition"], cols["offset"], cols["key"],
+                                  cols["value"], strict=True)]
+
+
+def _expected_rows(expected: dict[tuple[int, int], dict[str, Any]]) -> set[Row]:
+    return {(r["partition"], r["offset"], r["key"], r["value"]) for r in expected.values()}
+
+
+def _run_available_now(spark: Any, options: dict[str, str], checkpoint: Path,
+                       timeout_s: float = 120) -> tuple[list[tuple[int, pa.Table]], Any]:
+    """One ``availableNow`` run into foreachBatch; returns [(batch id, rows)] and the query."""
+    batches: list[tuple[int, pa.Table]] = []
+
+    def collect(df: Any, batch_id: int) -> None:
+        batches.append((batch_id, df.toArrow()))
+
+    df = spark.readStream.format(SOURCE_NAME).options(**options).load()
+    assert df.schema == SPARK_SCHEMA
+    query = (df.writeStream.foreachBatch(collect)
+             .option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    finished = query.awaitTermination(timeout_s)
+    assert finished, f"availableNow query did not finish within {timeout_s}s"
+    return batches, query
+
+
+def _end_offsets(query: Any) -> dict[str, int]:
+    end = query.lastProgress["sources"][0]["endOffset"]
+    return json.loads(end) if isinstance(end, str) else end
+
+
+def _all_rows(batches: list[tuple[int, pa.Table]]) -> list[Row]:
+    return [row for _, table in batches for row in _rows(table)]
+
+
+# ------------------------------------------------------------------------------- pure parts
+
+
+def test_spark_arrow_schema_is_what_spark_validates() -> None:
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    assert from_arrow_schema(RAW_ARROW_SCHEMA) == SPARK_SCHEMA
+    assert to_arrow_schema(SPARK_SCHEMA, timezone="UTC").equals(SPARK_ARROW_SCHEMA)
+
+
+def test_spread_budget_is_fair_and_bounded() -> None:
+    grants = spread_budget({"0": 50, "1": 83, "2": 16057, "3": 65, "4": 118}, 1000)
+    assert grants == {"0": 50, "1": 83, "2": 684, "3": 65, "4": 118}
+    grants = spread_budget({"0": 10, "1": 10, "2": 10}, 2)  # budget below partition count
+    assert sum(grants.values()) == 2 and max(grants.values()) == 1
+    assert spread_budget({"0": 0, "1": 5}, 0) == {"0": 0, "1": 0}
+    assert spread_budget({"0": 3, "1": 4}, 100) == {"0": 3, "1": 4}
+
+
+def test_plan_end_offsets_limits() -> None:
+    start = {"0": 10, "1": 0}
+    lso = {"0": 20, "1": 1000}
+    assert plan_end_offsets(start, lso, ReadAllAvailable()) == lso
+    assert plan_end_offsets(start, lso, ReadMaxRows(100)) == {"0": 20, "1": 90}
+    assert plan_end_offsets(start, {"0": 10, "1": 0}, ReadMaxRows(100)) == start
+    with pytest.raises(KafkaDataLoss):
+        plan_end_offsets(start, {"0": 5, "1": 0}, None)
+    assert plan_end_offsets(start, {"0": 5, "1": 0}, None, fail_on_data_loss=False) == start
+
+
+def test_options_map_kafka_settings_and_reject_contradictions() -> None:
+    opts = SourceOptions.from_options({
+        "bootstrap_servers": "b1:9092,b2:9092",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.plain.username": "u",
+        "kafka.sasl.plain.password": "p",
+        "kafka.ssl.check.hostname": "false",
+        "request_timeout_ms": "15000",
+        "client_id": "cli",
+        "max_records_per_batch": "1000",
+        "starting_offsets": '{"0": 5, "3": -1}',
+    })
+    assert opts.kafka == {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+                          "sasl_plain_username": "u", "sasl_plain_password": "p",
+                          "ssl_check_hostname": False, "request_timeout_ms": 15000,
+                          "client_id": "cli"}
+    assert opts.starting_offsets == {0: 5, 3: -1}
+    config = opts.consumer_config()
+    assert config["isolation_level"] == "read_committed"
+    assert config["enable_auto_commit"] is False and config["group_id"] is None
+    for bad in ({"kafka.isolation.level": "read_uncommitted"}, {"kafka.api.version": "3.9"},
+                {"kafka.no.such.setting": "1"}, {"kafka.request.timeout.ms": "soon"},
+                {"kafka.enable.auto.commit": "true"}, {"starting_offsets": "yesterday"}):
+        with pytest.raises(KafkaSourceConfigError):
+            SourceOptions.from_options({"bootstrap_servers": "b:1", **bad})
+    with pytest.raises(KafkaSourceConfigError, match="bootstrap_servers is required"):
+        SourceOptions.from_options({})
+
+
+def test_describe_topic_reports_the_last_stable_offset() -> None:
+    with FakeKafkaCluster(num_brokers=1, max_lifetime_s=60) as kafka:
+        kafka.append_records(OFFSETS_TOPIC, 0, record_batch([(b"k0", b"v0"), (b"k1", b"v1")]))
+        kafka.append_records(OFFSETS_TOPIC, 0, record_batch(
+            [(b"k2", b"v2")], producer_id=42, producer_epoch=0, transactional=True))
+        kafka.append_records(OFFSETS_TOPIC, 0, record_batch([(b"k3", b"v3")]))
+        described = describe_topic(kafka.bootstrap_servers)
+        assert kafka.partition(OFFSETS_TOPIC, 0).high_watermark == 4
+    assert described == {0: (0, 2), 1: (0, 0), 2: (0, 0), 3: (0, 0), 4: (0, 0)}
+
+
+def test_describe_topic_unreachable_fails_fast_with_one_line() -> None:
+    started = time.monotonic()
+    with pytest.raises(KafkaUnreachable) as err:
+        describe_topic(UNREACHABLE, timeout_s=1.5)
+    assert time.monotonic() - started < 8
+    assert explain_failure(err.value) == (
+        f"KafkaUnreachable: cannot reach broker(s) {UNREACHABLE} within 1.5s")
+
+
+def test_read_partition_guards(golden_kafka: FakeKafkaCluster) -> None:
+    """Direct reads: RAW schema; a target past the LSO times out; deleted offsets are loss."""
+    opts = SourceOptions.from_options({"bootstrap_servers": golden_kafka.bootstrap_servers,
+                                       "read_timeout_s": "1"})
+    batches = list(read_partition(opts, 3, 0, 65, cluster_id="c"))
+    assert all(b.schema.equals(RAW_ARROW_SCHEMA) for b in batches)
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == sorted(set(offsets)) and offsets[-1] < 65
+    with pytest.raises(KafkaReadTimeout, match="no progress at offset 50"):
+        list(read_partition(opts, 0, 0, 60))
+    golden_kafka.set_watermarks(OFFSETS_TOPIC, 4, log_start_offset=10)
+    with pytest.raises(KafkaDataLoss, match="offset 0 is no longer in the log"):
+        list(read_partition(opts, 4, 0, 118))
+    lenient = SourceOptions.from_options({"bootstrap_servers": golden_kafka.bootstrap_servers,
+                                          "fail_on_data_loss": "false"})
+    first = next(read_partition(lenient, 4, 0, 118))
+    assert first.column("offset")[0].as_py() == 10
+
+
+# ------------------------------------------------------------------------------- Spark
+
+
+@pytest.mark.spark
+@pytest.mark.corpus
+@pytest.mark.slow
+def test_available_now_reads_exactly_read_committed_then_resumes(
+        spark: Any, golden_kafka: FakeKafkaCluster,
+        expected_read_committed: dict[tuple[int, int], dict[str, Any]]) -> None:
+    kafka = golden_kafka
+    options = {"bootstrap_servers": kafka.bootstrap_servers, "max_records_per_batch": "5000",
+               "connect_timeout_s": "5", "read_timeout_s": "30"}
+    lso = {str(p): kafka.partition(OFFSETS_TOPIC, p).last_stable_offset for p in range(5)}
+    with tempfile.TemporaryDirectory(prefix="offsetlake-kafka-") as tmp:
+        checkpoint = Path(tmp) / "checkpoint"
+
+        # 1. the whole golden topic, several size-limited batches
+        t0 = time.monotonic()
+        batches, query = _run_available_now(spark, options, checkpoint)
+        log.info("golden run: %d batches in %.1fs", len(batches), time.monotonic() - t0)
+        rows = _all_rows(batches)
+        assert len([b for b in batches if b[1].num_rows]) >= 3, "max_records_per_batch ignored"
+        assert all(t.num_rows <= 5000 for _, t in batches)
+        assert len(rows) == len(set(rows)), "duplicates across batches"
+        assert set(rows) == _expected_rows(expected_read_committed)
+        assert _end_offsets(query) == lso
+
+        table = pa.concat_tables([t for _, t in batches])
+        meta = table.select(["offsets_partition", "offset", "timestamp", "timestamp_type",
+                             "partition_leader_epoch"]).to_pylist()
+        for m in meta:
+            want = expected_read_committed[(m["offsets_partition"], m["offset"])]
+            assert int(m["timestamp"].timestamp() * 1000) == want["timestamp"]
+            assert (m["timestamp_type"], m["partition_leader_epoch"]) == (
+                want["timestamp_type"], want["leader_epoch"])
+        assert set(table.column("source").to_pylist()) == {"kafka"}
+        assert set(table.column("source_position").to_pylist()) == {-1}
+        assert set(table.column("is_control").to_pylist()) == {False}
+        assert set(table.column("cluster_id").to_pylist()) == {kafka.cluster_id}
+        for unknown in ("producer_id", "is_transactional", "control_type", "magic",
+                        "compression", "batch_base_offset", "crc_valid"):
+            assert table.column(unknown).null_count == table.num_rows, unknown
+
+        # 2. append: plain commits, an aborted and a committed transaction, an open one
+        def append(p: int, raw: bytes) -> int:
+            return kafka.append_records(OFFSETS_TOPIC, p, raw)[0]
+
+        new: set[Row] = set()
+        o = append(1, record_batch([(b"\x00\x01new-1a", b"v1a"), (b"\x00\x01new-1b", None)]))
+        new |= {(1, o, b"\x00\x01new-1a".hex(), b"v1a".hex()), (1, o + 1, b"\x00\x01new-1b".hex(),
+                                                                None)}
+        append(3, record_batch([(b"aborted-a", b"x"), (b"aborted-b", b"y")], producer_id=7001,
+                               producer_epoch=0, transactional=True, compression_type=1))
+        append(3, control_batch(producer_id=7001, commit=False))
+        o = append(3, record_batch([(b"committed", b"z")], producer_id=7002, producer_epoch=0,
+                                   transactional=True))
+        new.add((3, o, b"committed".hex(), b"z".hex()))
+        append(3, control_batch(producer_id=7002, commit=True))
+        o = append(3, record_batch([(b"plain-3", b"w")]))
+        new.add((3, o, b"plain-3".hex(), b"w".hex()))
+        open_at = append(0, record_batch([(b"open-txn", b"t")], producer_id=7003,
+                                         producer_epoch=0, transactional=True))
+        after_open = append(0, record_batch([(b"behind-open", b"b")]))
+
+        batches, query = _run_available_now(spark, options, checkpoint)
+        rows = _all_rows(batches)
+        assert sorted(rows) == sorted(new), "restart must deliver only the new committed records"
+        assert _end_offsets(query)["0"] == open_at, "must stop at the open transaction (LSO)"
+
+        # 3. the open transaction commits: its record and the one behind it arrive
+        append(0, control_batch(producer_id=7003, commit=True))
+        batches, query = _run_available_now(spark, options, checkpoint)
+        assert sorted(_all_rows(batches)) == [
+            (0, open_at, b"open-txn".hex(), b"t".hex()),
+            (0, after_open, b"behind-open".hex(), b"b".hex())]
+        assert _end_offsets(query)["0"] == after_open + 2  # past the COMMIT marker
+
+
+@pytest.mark.spark
+@pytest.mark.corpus
+def test_batch_read_matches_read_committed(
+        spark: Any, golden_kafka: FakeKafkaCluster,
+        expected_read_committed: dict[tuple[int, int], dict[str, Any]]) -> None:
+    df = (spark.read.format(SOURCE_NAME)
+          .option("bootstrap_servers", golden_kafka.bootstrap_servers)
+          .option("cluster_id", "golden-a").load())
+    table = df.toArrow()
+    rows = _rows(table)
+    assert len(rows) == len(set(rows))
+    assert set(rows) == _expected_rows(expected_read_committed)
+    assert set(table.column("cluster_id").to_pylist()) == {"golden-a"}
+
+
+@pytest.mark.spark
+def test_stream_unreachable_broker_fails_fast_with_one_line(spark: Any, tmp_path: Path) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    started = time.monotonic()
+    with pytest.raises(StreamingQueryException) as err:
+        _run_available_now(spark, {"bootstrap_servers": UNREACHABLE, "connect_timeout_s": "2"},
+                           tmp_path / "checkpoint", timeout_s=60)
+    elapsed = time.monotonic() - started
+    assert explain_failure(err.value) == (
+        f"KafkaUnreachable: cannot reach broker(s) {UNREACHABLE} within 2s")
+    assert elapsed < 20, f"took {elapsed:.1f}s"

@@ -1,0 +1,805 @@
+"""Tests of the segment reader/writer against real broker-written segments.
+
+Expected figures come from the corpus' own descriptions (SOURCES.md, MANIFEST.md, Kafka's
+kafka-dump-log output, what a kafka-python consumer returned), never from this reader.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import struct
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from kafka import codec as kcodec
+from kafka.record import MemoryRecords
+
+from pipelines.sources import segments as seg
+from pipelines.sources.raw import RAW_ARROW_SCHEMA
+from pipelines.sources.segments import (
+    BatchInfo,
+    NewRecord,
+    Problem,
+    Record,
+    SegmentWriter,
+    decode_segment_bytes,
+    encode_batch,
+    encode_records,
+    find_segments,
+    fold_transactions,
+    read_records,
+    reencode_batch,
+)
+
+GOLDEN_PARTITIONS = range(5)
+
+
+# ------------------------------------------------------------------------------------------
+# helpers and fixtures
+# ------------------------------------------------------------------------------------------
+
+
+def decode(
+    data: bytes, offsets_partition: int = -1
+) -> tuple[list[tuple[BatchInfo, list[Record]]], list[Problem]]:
+    """All (batch, records) of in-memory segment bytes, and the problems reported."""
+    problems: list[Problem] = []
+    batches = list(
+        decode_segment_bytes(data, offsets_partition=offsets_partition, problems=problems)
+    )
+    return batches, problems
+
+
+def flat(batches: list[tuple[BatchInfo, list[Record]]]) -> list[Record]:
+    return [r for _, recs in batches for r in recs]
+
+
+def rec_id(r: Record) -> tuple[int, int | None, bytes | None, bytes | None]:
+    return (r.offset, r.timestamp, r.key, r.value)
+
+
+def kv_label(r: Record) -> str:
+    """SOURCES.md's "key version / value version" label of a data record."""
+    kver = struct.unpack_from(">h", r.key)[0] if r.key else "?"
+    vver = "null" if r.value is None else struct.unpack_from(">h", r.value)[0]
+    return f"{kver}/{vver}"
+
+
+_SOURCES_FILE = re.compile(
+    r"^  - `(?P<path>[^`]+)` — [\d,]+ B, commit \w+, (?P<batches>\d+) batches / "
+    r"(?P<records>\d+) records, (?P<kv>\S*)$"
+)
+
+
+def parse_sources(public: Path) -> dict[Path, tuple[int, int, Counter[str]]]:
+    """SOURCES.md per-file figures: path -> (batches, records, kv histogram)."""
+    files: dict[Path, tuple[int, int, Counter[str]]] = {}
+    repo_dir = None
+    for line in (public / "SOURCES.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("## ") and "/" in line:
+            repo_dir = line[3:].strip().replace("/", "_", 1)
+            continue
+        m = _SOURCES_FILE.match(line)
+        if m and repo_dir:
+            kv: Counter[str] = Counter()
+            for part in filter(None, m["kv"].split(",")):
+                label, count = part.split("=")
+                kv[label] = int(count)
+            files[public / repo_dir / m["path"]] = (int(m["batches"]), int(m["records"]), kv)
+    return files
+
+
+@pytest.fixture(scope="module")
+def public_read(public_corpus: Path) -> dict[Path, tuple[list, list[Problem]]]:
+    """Every public segment read once: path -> ((batch, records) pairs, problems)."""
+    out = {}
+    for plog in find_segments(public_corpus):
+        for sf in plog.segments:
+            problems: list[Problem] = []
+            out[sf.path] = (list(seg.read_segment_file(sf, problems=problems)), problems)
+    return out
+
+
+@pytest.fixture(scope="module")
+def golden_read(scenario_a: Path) -> dict[int, tuple[list, list[Problem]]]:
+    out = {}
+    for plog in find_segments(scenario_a / "segments"):
+        problems: list[Problem] = []
+        batches = [b for sf in plog.segments for b in seg.read_segment_file(sf, problems=problems)]
+        out[plog.offsets_partition] = (batches, problems)
+    return out
+
+
+def parse_dump(path: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """kafka-dump-log output -> (batch header dicts, record dicts)."""
+    batches, records = [], []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("baseOffset:"):
+            batches.append(dict(re.findall(r"(\w+): (\S+)", line)))
+        elif line.startswith("| offset:"):
+            head = line.split(" key: ", 1)[0].split(" payload: ", 1)[0]
+            records.append(dict(re.findall(r"(\w+): (\S+)", head)))
+    return batches, records
+
+
+def manifest_partitions(scenario: Path) -> dict[int, dict[str, int]]:
+    text = (scenario / "MANIFEST.md").read_text(encoding="utf-8", errors="replace")
+    table = text.split("Per partition (after capture):", 1)[1]
+    out = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[0].isdigit():
+            out[int(cells[0])] = {
+                "hw": int(cells[2]),
+                "lso": int(cells[3]),
+                "batches": int(cells[4]),
+                "records": int(cells[5]),
+            }
+        elif out and not line.strip():
+            break
+    return out
+
+
+def consumed(scenario: Path, isolation: str) -> set[tuple]:
+    out = set()
+    path = scenario / f"consumed_read_{isolation}.jsonl"
+    for line in path.read_text(encoding="utf-8").splitlines():
+        d = json.loads(line)
+        out.add(
+            (
+                d["partition"],
+                d["offset"],
+                d["timestamp"],
+                d["timestamp_type"],
+                d["leader_epoch"],
+                d["key"],
+                d["value"],
+            )
+        )
+    return out
+
+
+def as_consumed(records: list[Record]) -> set[tuple]:
+    return {
+        (
+            r.offsets_partition,
+            r.offset,
+            r.timestamp,
+            r.timestamp_type,
+            r.partition_leader_epoch,
+            r.key.hex() if r.key is not None else None,
+            r.value.hex() if r.value is not None else None,
+        )
+        for r in records
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# real segments: public corpus
+# ------------------------------------------------------------------------------------------
+
+
+def test_public_corpus_matches_sources_md(public_corpus: Path, public_read: dict) -> None:
+    expected = parse_sources(public_corpus)
+    text = (public_corpus / "SOURCES.md").read_text(encoding="utf-8")
+    assert len(expected) == text.count("\n  - `") > 300, "every file line of SOURCES.md parsed"
+    assert set(public_read) == set(expected), "walker found exactly the files SOURCES.md lists"
+    for path, (batches, problems) in public_read.items():
+        n_batches, n_records, kv = expected[path]
+        records = flat(batches)
+        assert problems == [], path
+        assert all(b.crc_valid for b, _ in batches), path
+        assert len(batches) == n_batches, path
+        assert len(records) == n_records, path
+        assert Counter(kv_label(r) for r in records) == kv, path
+
+
+def test_public_corpus_partitions_and_offsets(public_read: dict) -> None:
+    for path, (batches, _) in public_read.items():
+        assert batches[0][0].offsets_partition == int(path.parent.name.rsplit("-", 1)[1])
+        name_base = int(path.name.split(".")[0])
+        last = name_base - 1
+        for batch, records in batches:
+            assert batch.base_offset > last and batch.last_offset >= batch.base_offset
+            assert [r.offset for r in records] == sorted(r.offset for r in records)
+            assert all(batch.base_offset <= r.offset <= batch.last_offset for r in records)
+            last = batch.last_offset
+
+
+def test_public_magic1_file(public_read: dict) -> None:
+    legacy = [(b, r) for path in public_read for b, r in public_read[path][0] if b.magic < 2]
+    assert len(legacy) == 860  # SOURCES.md: xpxwo100/bullShit, magic {1: 860}
+    assert all(b.magic == 1 and b.producer_id == -1 and b.timestamp_type == 0 for b, _ in legacy)
+    assert all(len(r) == 1 and r[0].timestamp > 1_400_000_000_000 for _, r in legacy)
+
+
+# ------------------------------------------------------------------------------------------
+# real segments: golden scenario-a against kafka-dump-log and the MANIFEST
+# ------------------------------------------------------------------------------------------
+
+
+def test_golden_counts_match_manifest(scenario_a: Path, golden_read: dict) -> None:
+    manifest = manifest_partitions(scenario_a)
+    assert sorted(manifest) == list(GOLDEN_PARTITIONS)
+    for part, (batches, problems) in golden_read.items():
+        assert problems == []
+        assert all(b.crc_valid for b, _ in batches)
+        assert len(batches) == manifest[part]["batches"]
+        assert len(flat(batches)) == manifest[part]["records"]
+
+
+def test_golden_batch_headers_match_dump(scenario_a: Path, golden_read: dict) -> None:
+    codecs_seen = Counter()
+    for part in GOLDEN_PARTITIONS:
+        dump_batches, dump_records = parse_dump(
+            scenario_a / "dump" / f"__consumer_offsets-{part}.txt"
+        )
+        batches = golden_read[part][0]
+        assert len(batches) == len(dump_batches)
+        for (b, recs), d in zip(batches, dump_batches, strict=True):
+            codecs_seen[b.compression] += 1
+            ts_label = "LogAppendTime" if b.timestamp_type == 1 else "CreateTime"
+            assert {
+                "baseOffset": str(b.base_offset),
+                "lastOffset": str(b.last_offset),
+                "count": str(b.records_count),
+                "baseSequence": str(b.base_sequence),
+                "lastSequence": str(b.last_sequence),
+                "producerId": str(b.producer_id),
+                "producerEpoch": str(b.producer_epoch),
+                "partitionLeaderEpoch": str(b.partition_leader_epoch),
+                "isTransactional": str(b.is_transactional).lower(),
+                "isControl": str(b.is_control).lower(),
+                "position": str(b.position),
+                ts_label: str(b.max_timestamp),
+                "size": str(b.size),
+                "magic": str(b.magic),
+                "compresscodec": b.compression,
+                "crc": str(b.crc),
+                "isvalid": str(b.crc_valid).lower(),
+                "deleteHorizonMs": "OptionalLong.empty"
+                if b.delete_horizon_ms is None
+                else f"OptionalLong[{b.delete_horizon_ms}]",
+            }.items() <= d.items(), (part, d)
+            assert len(recs) == b.records_count
+        records = flat(batches)
+        assert len(records) == len(dump_records)
+        for r, d in zip(records, dump_records, strict=True):
+            assert d["offset"] == str(r.offset)
+            assert d["CreateTime"] == str(r.timestamp)
+            assert d["keySize"] == str(len(r.key) if r.key is not None else -1)
+            assert d["valueSize"] == str(len(r.value) if r.value is not None else -1)
+            assert d["sequence"] == str(r.sequence)
+            if r.is_control:
+                assert d["endTxnMarker"] == r.control_type
+                assert d["coordinatorEpoch"] == str(seg.coordinator_epoch_of(r.value))
+            else:
+                assert "endTxnMarker" not in d and r.control_type is None
+    assert set(codecs_seen) == {"none", "gzip", "zstd"}
+
+
+def test_golden_unfolded_equals_read_uncommitted(scenario_a: Path, golden_read: dict) -> None:
+    data = [r for p in GOLDEN_PARTITIONS for r in flat(golden_read[p][0]) if not r.is_control]
+    assert as_consumed(data) == consumed(scenario_a, "uncommitted")
+    assert len(data) == len(as_consumed(data))  # no duplicates hidden by the set
+
+
+def test_golden_folded_equals_read_committed(scenario_a: Path, golden_read: dict) -> None:
+    manifest = manifest_partitions(scenario_a)
+    kept: list[Record] = []
+    markers = Counter()
+    for part in GOLDEN_PARTITIONS:
+        records = flat(golden_read[part][0])
+        result = fold_transactions(records)
+        assert result.held_back == []
+        assert result.last_stable_offset == manifest[part]["lso"] == manifest[part]["hw"]
+        assert [r.offset for r in result.records] == sorted(r.offset for r in result.records)
+        assert not any(r.is_control for r in result.records)
+        markers.update(m.control_type for m in result.markers)
+        kept += result.records
+        # stop_at_lso changes nothing when no transaction is open
+        assert fold_transactions(records, stop_at_lso=True).records == result.records
+    assert as_consumed(kept) == consumed(scenario_a, "committed")
+    assert markers == {"COMMIT": 4, "ABORT": 3}  # MANIFEST: 7 control markers
+
+
+def test_walker_reads_golden_dir_in_partition_order(scenario_a: Path) -> None:
+    problems: list[Problem] = []
+    records = list(read_records(scenario_a / "segments", problems=problems))
+    assert problems == []
+    assert len(records) == 16373  # MANIFEST "records: 16373"
+    parts = [r.offsets_partition for r in records]
+    assert parts == sorted(parts)
+
+
+# ------------------------------------------------------------------------------------------
+# Arrow view
+# ------------------------------------------------------------------------------------------
+
+
+def test_arrow_view_of_golden(scenario_a: Path, golden_read: dict) -> None:
+    tables = list(
+        seg.read_arrow(scenario_a / "segments", cluster_id="golden-a", rows_per_batch=5000)
+    )
+    assert all(t.schema == RAW_ARROW_SCHEMA for t in tables)
+    assert all(t.num_rows < 5000 + 1000 for t in tables) and len(tables) >= 3
+    table = pa.Table.from_batches(tables)
+    records = [r for p in GOLDEN_PARTITIONS for r in flat(golden_read[p][0])]
+    assert table.num_rows == len(records)
+    assert table.column("offset").to_pylist() == [r.offset for r in records]
+    assert table.column("value").to_pylist() == [r.value for r in records]
+    assert table.column("source_position").to_pylist() == [r.batch_position for r in records]
+    assert Counter(table.column("control_type").to_pylist()) == {
+        None: 16366,
+        "COMMIT": 4,
+        "ABORT": 3,
+    }
+    assert set(table.column("cluster_id").to_pylist()) == {"golden-a"}
+    assert Counter(table.column("compression").to_pylist()).keys() == {"none", "gzip", "zstd"}
+    first = table.slice(0, 1).to_pylist()[0]
+    assert first["timestamp"].tzinfo is not None
+    assert int(first["timestamp"].timestamp() * 1000) == records[0].timestamp
+
+
+def test_arrow_nulls_timestamp_of_magic0() -> None:
+    data = legacy_message(7, 0, b"k", b"v")
+    batches = list(seg.batches_to_arrow(decode(data)[0]))
+    row = batches[0].to_pylist()[0]
+    assert row["timestamp"] is None and row["timestamp_type"] == -1 and row["magic"] == 0
+    assert row["offset"] == 7 and row["source"] == "<memory>" and row["cluster_id"] is None
+
+
+# ------------------------------------------------------------------------------------------
+# corruption
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sample(scenario_a: Path) -> tuple[bytes, list[tuple[BatchInfo, list[Record]]]]:
+    """Partition 3: transactional, control, uncompressed and gzip batches."""
+    data = (
+        scenario_a / "segments" / "__consumer_offsets-3" / "00000000000000000000.log"
+    ).read_bytes()
+    batches, problems = decode(data)
+    assert problems == [] and len(batches) == 27
+    return data, batches
+
+
+def test_truncation_at_random_points(sample: tuple) -> None:
+    data, batches = sample
+    rng = random.Random(1)
+    cuts = rng.sample(range(1, len(data)), 60) + [b.position for b, _ in batches[1:]]
+    for cut in cuts:
+        got, problems = decode(data[:cut])
+        complete = [(b, r) for b, r in batches if b.position + b.size <= cut]
+        assert [rec_id(r) for r in flat(got)] == [rec_id(r) for r in flat(complete)]
+        if any(b.position == cut for b, _ in batches):
+            assert problems == []
+        else:
+            start = max(b.position for b, _ in batches if b.position < cut)
+            assert [(p.position, p.length_skipped) for p in problems] == [(start, cut - start)], cut
+
+
+def test_flipped_byte_in_checksummed_part(sample: tuple) -> None:
+    data, batches = sample
+    rng = random.Random(2)
+    for _ in range(80):
+        k = rng.randrange(len(batches))
+        victim = batches[k][0]
+        at = rng.randrange(victim.position + 21, victim.position + victim.size)
+        damaged = bytearray(data)
+        damaged[at] ^= 1 << rng.randrange(8)
+        got, problems = decode(bytes(damaged))
+        assert problems and problems[0].position == victim.position
+        assert {p.position for p in problems} == {victim.position}
+        others = [rec_id(r) for i, (_, recs) in enumerate(batches) if i != k for r in recs]
+        assert [
+            rec_id(r) for b, recs in got if b.position != victim.position for r in recs
+        ] == others
+        assert all(
+            not r.crc_valid for b, recs in got if b.position == victim.position for r in recs
+        )
+
+
+def test_flipped_byte_in_length_field(sample: tuple) -> None:
+    data, batches = sample
+    rng = random.Random(3)
+    for _ in range(40):
+        k = rng.randrange(len(batches))
+        victim = batches[k][0]
+        damaged = bytearray(data)
+        damaged[victim.position + 8 + rng.randrange(4)] ^= 1 << rng.randrange(8)
+        got, problems = decode(bytes(damaged))
+        assert [(p.position, p.length_skipped) for p in problems] == [
+            (victim.position, victim.size)
+        ]
+        others = [rec_id(r) for i, (_, recs) in enumerate(batches) if i != k for r in recs]
+        assert [rec_id(r) for r in flat(got)] == others
+
+
+def test_garbage_inserted_between_batches(sample: tuple) -> None:
+    data, batches = sample
+    rng = random.Random(4)
+    for _ in range(20):
+        k = rng.randrange(1, len(batches))
+        at = batches[k][0].position
+        garbage = rng.randbytes(rng.randrange(1, 3000))
+        got, problems = decode(data[:at] + garbage + data[at:])
+        assert [(p.position, p.length_skipped) for p in problems] == [(at, len(garbage))]
+        assert [rec_id(r) for r in flat(got)] == [rec_id(r) for r in flat(batches)]
+        # the records after the garbage are found with their original positions shifted
+        after = [b for b, _ in got if b.position > at]
+        assert [b.position - len(garbage) for b in after] == [b.position for b, _ in batches[k:]]
+
+
+def test_garbage_inserted_inside_a_batch(sample: tuple) -> None:
+    data, batches = sample
+    rng = random.Random(5)
+    for _ in range(20):
+        k = rng.randrange(len(batches) - 1)
+        victim = batches[k][0]
+        at = rng.randrange(victim.position + 1, victim.position + victim.size)
+        garbage = rng.randbytes(rng.randrange(1, 500))
+        got, problems = decode(data[:at] + garbage + data[at:])
+        assert problems[0].position == victim.position
+        assert problems[0].length_skipped == victim.size + len(garbage)
+        assert len(problems) == 1
+        others = [rec_id(r) for i, (_, recs) in enumerate(batches) if i != k for r in recs]
+        assert [rec_id(r) for r in flat(got)] == others
+
+
+def test_zero_filled_tail_and_zero_gap(sample: tuple) -> None:
+    data, batches = sample
+    got, problems = decode(data + bytes(100_000))
+    assert [(p.position, p.length_skipped) for p in problems] == [(len(data), 100_000)]
+    assert "zero-filled" in problems[0].reason
+    assert len(flat(got)) == len(flat(batches))
+    mid = batches[10][0].position
+    got, problems = decode(data[:mid] + bytes(50_000) + data[mid:])
+    assert [(p.position, p.length_skipped) for p in problems] == [(mid, 50_000)]
+    assert len(flat(got)) == len(flat(batches))
+
+
+def test_random_damage_never_raises(sample: tuple, scenario_a: Path) -> None:
+    zstd_data = (
+        scenario_a / "segments" / "__consumer_offsets-4" / "00000000000000000000.log"
+    ).read_bytes()
+    rng = random.Random(6)
+    for data in (sample[0], zstd_data):
+        for _ in range(150):
+            damaged = bytearray(data)
+            for _ in range(rng.randrange(1, 20)):
+                damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+            cut = rng.randrange(len(damaged) // 2, len(damaged) + 1)
+            got, problems = decode(bytes(damaged[:cut]))
+            assert all(0 <= p.position < cut and p.length_skipped >= 0 for p in problems)
+            assert all(b.position + b.size <= cut for b, _ in got)
+        assert decode(rng.randbytes(20_000))[0] == []
+
+
+def test_decompression_failure_is_reported_and_skipped() -> None:
+    good1 = encode_batch([NewRecord(0, 1000, b"k0", b"v0")], base_offset=0)
+    bad = bytearray(
+        encode_batch([NewRecord(1, 1000, b"k1", b"v1" * 50)], base_offset=1, compression="gzip")
+    )
+    bad[61 + 12] ^= 0xFF  # inside the deflate stream
+    struct.pack_into(">I", bad, 17, seg._crc32c(memoryview(bad)[21:]))  # keep the CRC valid
+    good2 = encode_batch([NewRecord(2, 1000, b"k2", b"v2")], base_offset=2)
+    got, problems = decode(good1 + bytes(bad) + good2)
+    assert [r.offset for r in flat(got)] == [0, 2]
+    assert [(p.position, p.length_skipped) for p in problems] == [(len(good1), len(bad))]
+    assert "decompression failed" in problems[0].reason
+
+
+# ------------------------------------------------------------------------------------------
+# legacy message sets (magic 0/1)
+# ------------------------------------------------------------------------------------------
+
+
+def legacy_message(
+    offset: int,
+    magic: int,
+    key: bytes | None,
+    value: bytes | None,
+    *,
+    timestamp: int = -1,
+    attributes: int = 0,
+) -> bytes:
+    body = struct.pack(">bb", magic, attributes)
+    if magic == 1:
+        body += struct.pack(">q", timestamp)
+    for part in (key, value):
+        body += struct.pack(">i", -1) if part is None else struct.pack(">i", len(part)) + part
+    return struct.pack(">qiI", offset, len(body) + 4, zlib.crc32(body)) + body
+
+
+def legacy_wrapper(
+    first_offset: int,
+    magic: int,
+    codec: int,
+    kvs: list[tuple[bytes | None, bytes | None]],
+    *,
+    ts: int,
+    log_append: bool = False,
+) -> bytes:
+    """A compressed wrapper the way brokers store it: magic 1 inner offsets relative (0..n-1) and
+    the wrapper carrying the last absolute offset; magic 0 inner offsets absolute."""
+    inner = b"".join(
+        legacy_message(i if magic == 1 else first_offset + i, magic, k, v, timestamp=ts + i)
+        for i, (k, v) in enumerate(kvs)
+    )
+    encode = {
+        1: kcodec.gzip_encode,
+        2: kcodec.snappy_encode,
+        3: kcodec.lz4_encode_old_kafka if magic == 0 else kcodec.lz4_encode,
+    }[codec]
+    attrs = codec | (0x08 if log_append else 0)
+    wrapper_ts = ts + 1000
+    return legacy_message(
+        first_offset + len(kvs) - 1,
+        magic,
+        None,
+        encode(inner),
+        timestamp=wrapper_ts,
+        attributes=attrs,
+    )
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("codec", [1, 2, 3])
+def test_legacy_compressed_wrappers(magic: int, codec: int) -> None:
+    kvs = [(b"key-%d" % i, b"value-%d" % i if i != 2 else None) for i in range(5)]
+    data = (
+        legacy_message(10, magic, b"plain", b"x", timestamp=5)
+        + legacy_wrapper(11, magic, codec, kvs, ts=100)
+        + legacy_wrapper(16, magic, codec, kvs[:2], ts=200, log_append=True)
+    )
+    got, problems = decode(data, offsets_partition=9)
+    assert problems == []
+    records = flat(got)
+    assert [r.offset for r in records] == list(range(10, 18))
+    assert [(b.base_offset, b.last_offset, b.records_count) for b, _ in got] == [
+        (10, 10, 1),
+        (11, 15, 5),
+        (16, 17, 2),
+    ]
+    assert [b.compression for b, _ in got] == ["none", *[seg.CODEC_NAMES[codec]] * 2]
+    assert [r.value for r in records[1:6]] == [v for _, v in kvs]
+    if magic == 0:
+        assert {r.timestamp for r in records} == {-1} and {r.timestamp_type for r in records} == {
+            -1
+        }
+    else:
+        assert [r.timestamp for r in records] == [5, 100, 101, 102, 103, 104, 1200, 1200]
+        assert [r.timestamp_type for r in records] == [0] * 6 + [1, 1]
+    assert all(r.crc_valid and r.offsets_partition == 9 and r.producer_id == -1 for r in records)
+    # independent decoder: kafka-python agrees on offsets, keys and values
+    mr = MemoryRecords(data)
+    theirs = []
+    while mr.has_next():
+        theirs += [(r.offset, r.key, r.value) for r in mr.next_batch()]
+    assert theirs == [(r.offset, r.key, r.value) for r in records]
+
+
+def test_legacy_inner_crc_mismatch_is_flagged() -> None:
+    wrapper = bytearray(legacy_wrapper(0, 1, 1, [(b"k", b"v")], ts=1))
+    inner = bytearray(kcodec.gzip_decode(bytes(wrapper[34:])))
+    inner[-1] ^= 0xFF  # damage the inner message, then rebuild a wrapper with a valid CRC
+    data = legacy_message(0, 1, None, kcodec.gzip_encode(bytes(inner)), timestamp=1, attributes=1)
+    got, problems = decode(data)
+    assert [r.crc_valid for r in flat(got)] == [False]
+    assert [p.position for p in problems] == [0] and "inner" in problems[0].reason
+
+
+# ------------------------------------------------------------------------------------------
+# transaction folding on synthetic logs
+# ------------------------------------------------------------------------------------------
+
+
+def test_fold_open_aborted_and_interleaved_transactions(tmp_path: Path) -> None:
+    with SegmentWriter(tmp_path, 7) as w:
+        w.append([(b"a", b"1")], timestamp=1)  # 0 plain
+        w.append(
+            [(b"t1", b"x"), (b"t1", b"y")],
+            timestamp=2,
+            producer_id=5,
+            producer_epoch=0,
+            transactional=True,
+        )  # 1-2
+        w.append(
+            [(b"t2", b"x")], timestamp=3, producer_id=6, producer_epoch=0, transactional=True
+        )  # 3
+        w.append([(b"b", None)], timestamp=4)  # 4 plain tombstone
+        w.append_marker("ABORT", producer_id=6, producer_epoch=0, timestamp=5)  # 5
+        w.append_marker("COMMIT", producer_id=5, producer_epoch=0, timestamp=6)  # 6
+        w.append(
+            [(b"t3", b"z")], timestamp=7, producer_id=5, producer_epoch=0, transactional=True
+        )  # 7 open
+        w.append([(b"c", b"2")], timestamp=8)  # 8 plain, after the LSO
+    records = list(read_records(tmp_path))
+    result = fold_transactions(records)
+    assert [r.offset for r in result.records] == [0, 1, 2, 4, 8]
+    assert [r.offset for r in result.aborted] == [3]
+    assert [r.offset for r in result.held_back] == [7]
+    assert [m.offset for m in result.markers] == [5, 6]
+    assert (result.commit_markers, result.abort_markers) == (1, 1)
+    assert result.last_stable_offset == 7
+    assert [r.offset for r in fold_transactions(records, stop_at_lso=True).records] == [0, 1, 2, 4]
+    empty = fold_transactions([])
+    assert empty.records == [] and empty.last_stable_offset == 0
+    assert fold_transactions(records[:1], log_end_offset=42).last_stable_offset == 42
+
+
+# ------------------------------------------------------------------------------------------
+# writer
+# ------------------------------------------------------------------------------------------
+
+
+def test_writer_round_trip(tmp_path: Path) -> None:
+    headers = (("trace", b"abc"), ("empty", None), ("ключ", b""))
+    long_value = bytes(range(256)) * 40  # multi-byte varints for lengths
+    with SegmentWriter(tmp_path, 12, base_offset=100, partition_leader_epoch=3) as w:
+        for i, comp in enumerate(seg.CODEC_NAMES):
+            w.append(
+                [(b"k%d" % i, b"v%d" % i), (None, long_value), (b"t", None)],
+                timestamp=[10, 5, 2**40],
+                compression=comp,
+            )
+        w.append([(b"h", b"v")], timestamp=50, headers=headers, timestamp_type=1)
+        w.append(
+            [(b"tx", b"1")],
+            timestamp=60,
+            producer_id=77,
+            producer_epoch=2,
+            base_sequence=9,
+            transactional=True,
+        )
+        w.append_marker(
+            "COMMIT", producer_id=77, producer_epoch=2, timestamp=61, coordinator_epoch=4
+        )
+        w.roll()
+        w.append([(b"next", b"segment")], timestamp=70)
+    assert [p.name for p in w.paths] == ["00000000000000000100.log", "00000000000000000118.log"]
+    problems: list[Problem] = []
+    batches = list(seg.iter_batches(tmp_path, problems=problems))
+    assert problems == []
+    records = flat(batches)
+    assert [r.offset for r in records] == list(range(100, 119))
+    assert all(
+        r.crc_valid and r.offsets_partition == 12 and r.partition_leader_epoch == 3 for r in records
+    )
+    for i, comp in enumerate(seg.CODEC_NAMES):
+        b, recs = batches[i]
+        assert b.compression == comp and b.base_timestamp == 10 and b.max_timestamp == 2**40
+        assert [(r.key, r.value, r.timestamp) for r in recs] == [
+            (b"k%d" % i, b"v%d" % i, 10),
+            (None, long_value, 5),
+            (b"t", None, 2**40),
+        ]
+    b, (r,) = batches[5]
+    assert r.headers == headers and b.timestamp_type == 1 and r.timestamp == b.max_timestamp
+    b, (r,) = batches[6]
+    assert (b.producer_id, b.producer_epoch, b.base_sequence, b.is_transactional) == (
+        77,
+        2,
+        9,
+        True,
+    )
+    b, (r,) = batches[7]
+    assert b.is_control and b.is_transactional and r.control_type == "COMMIT"
+    assert seg.coordinator_epoch_of(r.value) == 4
+    # an independent decoder agrees, checksums included
+    data = w.paths[0].read_bytes()
+    mr = MemoryRecords(data)
+    theirs = []
+    while mr.has_next():
+        kb = mr.next_batch()
+        assert kb.validate_crc()
+        theirs += [(r.offset, r.key, r.value, r.timestamp, tuple(r.headers)) for r in kb]
+    ours = [
+        (r.offset, r.key, r.value, r.timestamp, r.headers)
+        for r in records
+        if r.source == str(w.paths[0])
+    ]
+    assert theirs == ours
+
+
+def test_reencode_golden_and_public_batches(
+    golden_read: dict, public_read: dict, scenario_a: Path
+) -> None:
+    """Every uncompressed v2 batch re-encodes to its exact bytes; for compressed batches the
+    decompressed records section is reproduced (the compressed bytes depend on the JVM codec)."""
+    checked = compressed = 0
+    sources = [(b, r) for p in GOLDEN_PARTITIONS for b, r in golden_read[p][0]]
+    sources += [(b, r) for batches, _ in public_read.values() for b, r in batches]
+    blobs: dict[str, bytes] = {}
+    for batch, records in sources:
+        if batch.magic != 2:
+            continue
+        data = blobs.get(batch.source) or blobs.setdefault(
+            batch.source, Path(batch.source).read_bytes()
+        )
+        original = data[batch.position : batch.position + batch.size]
+        if batch.compression == "none":
+            assert reencode_batch(batch, records) == original, (batch.source, batch.position)
+            checked += 1
+        else:
+            payload = seg._decompress(seg.CODEC_NAMES.index(batch.compression), original[61:], 2)
+            assert encode_records(records, batch.base_offset, batch.base_timestamp) == payload
+            compressed += 1
+    assert compressed == 21 + 53  # MANIFEST: gzip 21, zstd 53 batches
+    assert checked == 16069 + 7 + 125150 - 860  # golden none + control; public v2 batches
+
+
+def test_empty_batch_and_unknown_control_type() -> None:
+    """The cleaner keeps empty batches (producer state); KRaft-only control types pass through."""
+    empty = encode_batch([], base_offset=5, last_offset_delta=3, producer_id=9, producer_epoch=1)
+    leader_change = encode_batch(
+        [NewRecord(9, 1, struct.pack(">hh", 0, 2), b"\x00\x00")],
+        base_offset=9,
+        is_control=True,
+        is_transactional=True,
+        producer_id=9,
+    )
+    got, problems = decode(empty + leader_change)
+    assert problems == []
+    assert [(b.base_offset, b.last_offset, len(r)) for b, r in got] == [(5, 8, 0), (9, 9, 1)]
+    (marker,) = got[1][1]
+    assert marker.control_type == "UNKNOWN(2)" and seg.coordinator_epoch_of(marker.value) is None
+    result = fold_transactions(flat(got))
+    assert result.markers == [marker] and result.records == [] and result.last_stable_offset == 10
+
+
+# ------------------------------------------------------------------------------------------
+# names and walking
+# ------------------------------------------------------------------------------------------
+
+
+def test_find_segments_names_and_order(tmp_path: Path) -> None:
+    names = [
+        "00000000000000000000.log@0067b492",
+        "00000000000000000000.log",
+        "00000000000000000050.log.swap",
+        "00000000000000000010.log.deleted",
+        "00000000000000000030.log.cleaned",
+        "00000000000000000000.index",
+        "00000000000000000000.timeindex",
+        "leader-epoch-checkpoint",
+    ]
+    part = tmp_path / "data" / "__consumer_offsets-7"
+    part.mkdir(parents=True)
+    for n in names:
+        (part / n).write_bytes(b"")
+    other = tmp_path / "data" / "orders-0"
+    other.mkdir()
+    (other / "00000000000000000000.log").write_bytes(b"")
+    deleted = tmp_path / "data" / "__consumer_offsets-2.3f2a9c-delete"
+    deleted.mkdir()
+    (deleted / "00000000000000000005.log").write_bytes(b"")
+
+    logs = find_segments(tmp_path / "data")
+    assert [(pl.offsets_partition, pl.directory.name) for pl in logs] == [
+        (2, "__consumer_offsets-2.3f2a9c-delete"),
+        (7, "__consumer_offsets-7"),
+    ]
+    assert [(s.path.name, s.base_offset, s.suffix) for s in logs[1].segments] == [
+        ("00000000000000000000.log", 0, ""),
+        ("00000000000000000000.log@0067b492", 0, "@0067b492"),
+        ("00000000000000000010.log.deleted", 10, ".deleted"),
+        ("00000000000000000030.log.cleaned", 30, ".cleaned"),
+        ("00000000000000000050.log.swap", 50, ".swap"),
+    ]
+    # a file named explicitly is read whatever its directory
+    explicit = find_segments(
+        other / "00000000000000000000.log", part / "00000000000000000050.log.swap"
+    )
+    assert [(pl.offsets_partition, [s.path.name for s in pl.segments]) for pl in explicit] == [
+        (-1, ["00000000000000000000.log"]),
+        (7, ["00000000000000000050.log.swap"]),
+    ]
+    assert list(read_records(tmp_path / "data")) == []
