@@ -414,7 +414,8 @@ def _strings(
     """A string array of ``src`` bytes ``[start, start+length)`` for ``selected`` rows (null
     elsewhere), plus a mask of rows whose bytes are not valid UTF-8.
 
-    The bytes are copied by one vectorized gather (ranges are disjoint, in row order).
+    The ranges lie inside their rows' slots, so one gather of computed byte indices copies
+    them all (measured faster than a byte mask over the source buffer built with cumsum).
     """
     n = len(lengths)
     lengths = np.where(selected, lengths, 0).astype(np.int64)

@@ -149,8 +149,10 @@ def _strings_plain(table: pa.Table) -> pa.Table:
     return table.cast(pa.schema(fields))
 
 
-def _frame(table: pa.Table) -> Any:
-    return _strings_plain(table).to_pandas()
+def _frame(table: pa.Table, *, exact_ints: bool = False) -> Any:
+    """pandas for GX; ``exact_ints`` keeps nullable ints as ints (not floats) so failing rows
+    are reported as ``partition: 1``, not ``1.0`` -- for small tables only (object columns)."""
+    return _strings_plain(table).to_pandas(integer_object_nulls=exact_ints)
 
 
 # ------------------------------------------------------------------------------ suites
@@ -232,7 +234,7 @@ def _build_suites(engine: DeltaEngine, cluster_id: str, reconciliation: pa.Table
 
         rkey = ["cluster_id", "reconcile_id", "snapshot_id", "level", "group_id",
                 "classification"]
-        suites.append(_Suite("reconciliation", _frame(reconciliation), [
+        suites.append(_Suite("reconciliation", _frame(reconciliation, exact_ints=True), [
             *_not_null(gxe, rkey),
             _Check("every classification is a known class",
                    gxe.ExpectColumnValuesToBeInSet(column="classification",
@@ -247,20 +249,34 @@ def _build_suites(engine: DeltaEngine, cluster_id: str, reconciliation: pa.Table
 # ------------------------------------------------------------------------------ run
 
 
-def _context(docs_dir: Path | None) -> Any:
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
+def _quiet_gx() -> None:
+    """GX logs dozens of INFO lines while importing; keep the CLI's INFO log readable
+    (unless someone configured GX's logger on purpose). Call before importing GX."""
+    gx_log = logging.getLogger("great_expectations")
+    if gx_log.level == logging.NOTSET:
+        gx_log.setLevel(logging.WARNING)
 
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    if docs_dir is not None:
-        context.add_data_docs_site(site_name="offsetlake", site_config={
-            "class_name": "SiteBuilder",
-            "store_backend": {"class_name": "TupleFilesystemStoreBackend",
-                              "base_directory": str(docs_dir)},
-            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-        })
-    return context
+
+def _context(docs_dir: Path | None) -> Any:
+    """An ephemeral GX context: in-memory stores, no default temp docs site, no progress bars,
+    and our data docs site when ``docs_dir`` is given."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    sites = {} if docs_dir is None else {"offsetlake": {
+        "class_name": "SiteBuilder",
+        "store_backend": {"class_name": "TupleFilesystemStoreBackend",
+                          "base_directory": str(docs_dir)},
+        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+    }}
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+        data_docs_sites=sites, progress_bars=ProgressBarsConfig(globally=False))
+    return gx.get_context(mode="ephemeral", project_config=config)
 
 
 def _jsonable(value: Any) -> Any:
@@ -301,11 +317,12 @@ def run_quality_gate(engine: DeltaEngine, *, cluster_id: str = "default",
     snapshot / flag / 50). Writes one ``quality_results`` row per expectation; builds data
     docs under ``<lake>/_quality/data_docs/`` unless ``data_docs`` is False.
     """
+    _quiet_gx()
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
 
     run_at = run_at or datetime.now(timezone.utc)
-    run_id = f"{run_at.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}-{uuid.uuid4().hex[:8]}"
+    run_id = f"{run_at.strftime('%Y%m%dT%H%M%S.%fZ')}-{uuid.uuid4().hex[:8]}"  # path-safe: names a data docs folder
     docs_dir = Path(engine.root) / DATA_DOCS_DIR if data_docs else None
     context = _context(docs_dir)
     source = context.data_sources.add_pandas(name="offsetlake")

@@ -93,6 +93,9 @@ CLASSES = tuple(EXPLAINED)
 # Broker states the log cannot show: rebalance phases live in memory only (spec 2.5);
 # Dead is a group being unloaded/removed.
 TRANSIENT_STATES = frozenset({"PreparingRebalance", "CompletingRebalance", "Dead"})
+# The log yields classic Empty/Stable and consumer-group states from the persisted epochs
+# (spec 5 item 6); share/streams states depend on things the log does not hold.
+STATE_COMPARABLE_TYPES = frozenset({"classic", "consumer"})
 _GROUP_TOMBSTONE_TYPES = (2, 3, 11, 17)  # classic, consumer, share, streams group metadata
 
 
@@ -305,6 +308,9 @@ def classify(lake: LakeState, snap: SnapshotState, num_partitions: int) -> list[
             row.update(broker_committed_offset=bk["committed_offset"],
                        broker_leader_epoch=bk["leader_epoch"], broker_metadata=bk["metadata"],
                        broker_error_code=bk["error_code"], broker_error_name=bk["error_name"])
+        elif group_id in snap.group_errors:
+            row.update(broker_error_code=snap.group_errors[group_id][0],
+                       broker_error_name=snap.group_errors[group_id][1])
         rows.append(_finish(row, *_classify_offset(lake, snap, key, lk, bk, pos)))
 
     for group_id, (code, name) in sorted(snap.group_errors.items()):
@@ -401,6 +407,8 @@ def _classify_group(lake: LakeState, snap: SnapshotState, group_id: str,
                                    f"shows {lg['group_state']}")
     if broker_state in (None, "Unknown"):
         notes.append("the broker gave no state; state not compared")
+    elif lake_type not in STATE_COMPARABLE_TYPES:
+        notes.append(f"{lake_type} group states are not derivable from the log; not compared")
     elif broker_state != lg["group_state"]:
         return _timing("state_mismatch", f"state: lake {lg['group_state']} vs broker {broker_state}",
                        pos, record_offset)
@@ -451,7 +459,7 @@ def reconcile(engine: DeltaEngine, *, cluster_id: str = "default",
             f"no snapshot of cluster {cluster_id!r} in {engine.root}: run `offsetlake snapshot` first")
     n, source = resolve_num_partitions(info, num_partitions)
     reconciled_at = reconciled_at or datetime.now(timezone.utc)
-    reconcile_id = f"{reconciled_at.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}-{uuid.uuid4().hex[:8]}"
+    reconcile_id = f"{reconciled_at.strftime('%Y%m%dT%H%M%S.%fZ')}-{uuid.uuid4().hex[:8]}"
     rows = classify(load_lake_state(engine, cluster_id), load_snapshot_state(engine, info), n)
     common = {"cluster_id": cluster_id, "reconcile_id": reconcile_id,
               "snapshot_id": info.snapshot_id, "reconciled_at": reconciled_at}

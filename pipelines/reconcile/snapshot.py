@@ -19,6 +19,7 @@ Public API: :func:`take_snapshot` (live cluster -> lake, the CLI's ``snapshot``)
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -110,18 +111,36 @@ def store_snapshot(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_id: s
     return written
 
 
-def _coerce(value: Any) -> Any:
-    """CLI ``KEY=VALUE`` options arrive as strings; kafka-python wants ints/bools for many."""
-    if not isinstance(value, str):
-        return value
-    if value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
+def _typed_defaults() -> dict[str, Any]:
+    """Defaults of the capture's own knobs and of kafka-python's admin client settings."""
+    from kafka.admin import KafkaAdminClient
+
+    own = {name: p.default for name, p in inspect.signature(capture_snapshot).parameters.items()
+           if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    return {**KafkaAdminClient.DEFAULT_CONFIG, **own}
+
+
+def _client_config(options: dict[str, Any]) -> dict[str, Any]:
+    """CLI ``KEY=VALUE`` options -> capture/kafka-python keyword arguments.
+
+    Java-style dotted keys become kafka-python's underscores. Values arrive as strings;
+    only settings whose default is a bool/int/float (or named ``*_ms`` / ``*_bytes``) are
+    converted, so a password or principal that looks numeric stays a string.
+    """
+    defaults = _typed_defaults()
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        name = key.replace(".", "_")
+        default = defaults.get(name)
+        if isinstance(value, str):
+            if isinstance(default, bool):
+                value = value.strip().lower() in ("1", "true", "yes")
+            elif isinstance(default, float):
+                value = float(value)
+            elif isinstance(default, int) or name.endswith(("_ms", "_bytes")):
+                value = int(value)
+        out[name] = value
+    return out
 
 
 def take_snapshot(lake: str | Path, bootstrap_servers: str, *, cluster_id: str = "default",
@@ -135,7 +154,7 @@ def take_snapshot(lake: str | Path, bootstrap_servers: str, *, cluster_id: str =
     turned into kafka-python's underscores). Returns a JSON-able summary for the CLI.
     Raises :class:`~pipelines.reconcile.cluster.ClusterUnreachable` like the capture.
     """
-    config = {key.replace(".", "_"): _coerce(value) for key, value in (kafka_config or {}).items()}
+    config = _client_config(kafka_config or {})
     snapshot = capture_snapshot(bootstrap_servers, require_stable=require_stable, **config)
     engine = engine or DeltaRsEngine(lake)
     written = store_snapshot(engine, snapshot, cluster_id)
