@@ -186,11 +186,53 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- reconcile
 
 
+def _store_recorded(lake: Path, live_dir: Path, cluster_id: str, require_stable: bool) -> dict:
+    """Store a recorded capture folder (golden ``live/``, the demo's ``live/``) as a snapshot:
+    offline audits and the demo reconcile against recorded answers exactly like live ones."""
+    from pipelines.lake.engines import DeltaRsEngine
+    from pipelines.reconcile.cluster import snapshot_from_recorded
+    from pipelines.reconcile.snapshot import store_snapshot
+
+    fetch = "offset_fetch_require_stable.json" if require_stable else "offset_fetch.json"
+    missing = [name for name in ("list_groups.json", fetch) if not (live_dir / name).is_file()]
+    if not live_dir.is_dir() or missing:
+        raise UserError(f"{live_dir} is not a recorded capture (needs {', '.join(missing) or 'a directory'})")
+    snapshot = snapshot_from_recorded(live_dir, require_stable=require_stable)
+    engine = DeltaRsEngine(lake)
+    try:
+        written = store_snapshot(engine, snapshot, cluster_id)
+    except ValueError as exc:  # the same capture already stored with the other require_stable
+        raise UserError(str(exc)) from exc
+    for problem in snapshot.errors:
+        log.warning("recorded capture %s: %s", live_dir, problem)
+    return {
+        "cluster_id": cluster_id, "snapshot_id": snapshot.snapshot_id,
+        "captured_at": snapshot.captured_at.isoformat(), "source": snapshot.source,
+        "require_stable": snapshot.require_stable, "lake": str(engine.root),
+        "groups": len(snapshot.groups),
+        "groups_by_type_state": dict(Counter(f"{g.group_type}/{g.group_state}"
+                                             for g in snapshot.groups)),
+        "members": len(snapshot.members),
+        "offsets": sum(1 for r in snapshot.offsets if r.topic is not None),
+        "offset_errors": dict(Counter(r.error_name for r in snapshot.offsets if r.error_code)),
+        "offsets_partitions": len(snapshot.points),
+        "total_lag": sum(r.lag for r in snapshot.lag if r.lag is not None),
+        "rows_written": written, "already_stored": not any(written.values()),
+        "errors": list(snapshot.errors),
+    }
+
+
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from pipelines.reconcile.snapshot import take_snapshot
 
+    if args.recorded:
+        summary = _store_recorded(Path(args.lake), Path(args.recorded), args.cluster_id,
+                                  args.require_stable)
+        print(json.dumps(summary, indent=2, default=str))
+        return 0
     if not args.bootstrap_servers:
-        raise UserError("snapshot needs --bootstrap-servers HOST:PORT (or OFFSETLAKE_BOOTSTRAP_SERVERS)")
+        raise UserError("snapshot needs --bootstrap-servers HOST:PORT (or OFFSETLAKE_BOOTSTRAP_SERVERS) "
+                        "or --recorded DIR")
     summary = take_snapshot(Path(args.lake), args.bootstrap_servers, cluster_id=args.cluster_id,
                             require_stable=args.require_stable,
                             kafka_config=dict(args.kafka_option or ()))
@@ -285,8 +327,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("snapshot", help="capture the live cluster's answers into the lake",
                        description="ListGroups, DescribeGroups, ConsumerGroupDescribe, OffsetFetch "
                                    "and log-end offsets, stamped with the __consumer_offsets high "
-                                   "watermarks read first.")
-    p.add_argument("--bootstrap-servers", default=_env("BOOTSTRAP_SERVERS"), help="HOST:PORT[,...]")
+                                   "watermarks read first; or, with --recorded, the same answers "
+                                   "from a recorded capture folder (offline audits, the demo).")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--bootstrap-servers", default=_env("BOOTSTRAP_SERVERS"),
+                        help="HOST:PORT[,...] (env OFFSETLAKE_BOOTSTRAP_SERVERS)")
+    source.add_argument("--recorded", metavar="DIR", default=None,
+                        help="store a recorded capture instead of asking a cluster: a live/ folder "
+                             "(list_groups.json, describe_groups.json, offset_fetch.json, ...; "
+                             "../capture_log.json gives the snapshot point), e.g. demo-data/live")
     p.add_argument("--lake", default=_env("LAKE", "lake"), help=lake_help)
     p.add_argument("--cluster-id", default=_env("CLUSTER_ID", "default"), help="cluster name")
     p.add_argument("--require-stable", action="store_true",

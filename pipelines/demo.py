@@ -23,6 +23,13 @@ Everything is deterministic in ``seed`` (no wall clock, no hash randomisation), 
 streams: stories are generators merged by timestamp, each event is encoded and written as
 soon as it is produced, so memory does not grow with ``scale``.
 
+Next to the segments, ``OUT_DIR/live/`` (+ ``OUT_DIR/capture_log.json``) holds the brokers'
+answers right after the history ends, in the recorded-capture format of the golden corpus
+(:func:`write_live_capture`), so the pipeline's snapshot -> reconcile step runs without a
+broker: ``offsetlake snapshot --recorded OUT_DIR/live``. They are written from the same
+bookkept state, never from the files, so reconciling the lake against them checks the
+decoder and the replay end to end.
+
 What is *not* simulated: offset expiration (the history spans < 7 days even at scale 2000,
 so a real coordinator would not expire anything either), log compaction, topic deletion,
 share/streams groups.
@@ -42,12 +49,19 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
-from pipelines.decode import encode_key, encode_subscription, encode_value, partition_for
+from pipelines.decode import (
+    encode_assignment,
+    encode_key,
+    encode_subscription,
+    encode_value,
+    partition_for,
+)
 from pipelines.decode.formats import EXPLICIT_DEFAULT_TAGS
 from pipelines.sources.segments import (
     CODEC_NAMES,
@@ -58,6 +72,7 @@ from pipelines.sources.segments import (
 )
 
 __all__ = [
+    "CAPTURE_DELAY_MS",
     "DEFAULT_START_MS",
     "SEGMENT_BYTES",
     "AbortedCommit",
@@ -65,6 +80,7 @@ __all__ = [
     "DemoManifest",
     "generate_cluster",
     "main",
+    "write_live_capture",
 ]
 
 #: 2026-01-01T00:00:00Z. A fixed default so that the same seed gives the same bytes.
@@ -1245,7 +1261,8 @@ class _Expected:
     def _classic_group(g: str, v: dict[str, Any]) -> dict[str, Any]:
         members = [{
             "member_id": m["member_id"], "group_instance_id": m["group_instance_id"],
-            "client_id": m["client_id"],
+            "client_id": m["client_id"], "client_host": m["client_host"],
+            "subscribed_topics": sorted(m["subscription"]["topics"]),
             "assignment": {e["topic"]: e["partitions"]
                            for e in m["assignment"]["assigned_partitions"]},
         } for m in v["members"]]
@@ -1265,15 +1282,19 @@ class _Expected:
         for mid in mids:
             meta = recs.get((5, mid), ({}, 0))[0]
             cur = recs.get((8, mid), ({}, 0))[0]
+            target = recs.get((7, mid), ({}, 0))[0]
             if cur.get("member_epoch") != assignment_epoch or cur.get("state") != _STABLE:
                 state = "Reconciling"
             members.append({
                 "member_id": mid, "group_instance_id": meta.get("instance_id"),
-                "client_id": meta.get("client_id"),
+                "client_id": meta.get("client_id"), "client_host": meta.get("client_host"),
+                "subscribed_topics": sorted(meta.get("subscribed_topic_names") or ()),
                 "classic_protocol": meta.get("classic_member_metadata") is not None,
                 "member_epoch": cur.get("member_epoch"),
                 "assignment": {names[e["topic_id"]]: e["partitions"]
                                for e in cur.get("assigned_partitions", ())},
+                "target_assignment": {names[e["topic_id"]]: e["partitions"]
+                                      for e in target.get("topic_partitions", ())},
             })
         if mids and assignment_epoch is not None and epoch > assignment_epoch:
             state = "Assigning"
@@ -1485,6 +1506,178 @@ def _commit_batch(pairs: list[tuple[bytes, bytes]], base_offset: int, ts: int,
 
 
 # --------------------------------------------------------------------------------------------
+# Live answers: what the brokers would answer right after the history ends
+# --------------------------------------------------------------------------------------------
+
+#: The recorded capture starts this long after the last record (its snapshot point).
+CAPTURE_DELAY_MS = 5_000
+#: Brokers of the simulated cluster; the coordinator of offsets partition p is broker p % 3.
+_BROKERS = 3
+_GROUP_ID_NOT_FOUND = 69
+#: librdkafka's ConsumerGroupState names, as ``describe_consumer_groups`` prints them.
+_RDKAFKA_STATES = {"Stable": "STABLE", "Empty": "EMPTY", "Dead": "DEAD",
+                   "Assigning": "ASSIGNING", "Reconciling": "RECONCILING",
+                   "PreparingRebalance": "PREPARING_REBALANCE",
+                   "CompletingRebalance": "COMPLETING_REBALANCE"}
+_SYNTHETIC = ("synthesized by pipelines.demo from the generator's bookkept state (its "
+              "manifest), not captured from a broker and not decoded from the segments")
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+
+def _coordinator(offsets_partition: int) -> dict[str, Any]:
+    broker = offsets_partition % _BROKERS
+    return {"id": broker, "host": f"broker-{broker}.demo.invalid", "port": 9092}
+
+
+def _tp_pairs(assignment: dict[str, list[int]] | None) -> list[list[Any]]:
+    return [[t, p] for t, ps in sorted((assignment or {}).items()) for p in sorted(ps)]
+
+
+def _classic_member_answer(m: dict[str, Any]) -> dict[str, Any]:
+    """One DescribeGroups member: the consumer-protocol blobs as hex, plus their decoding.
+
+    The blobs are re-encoded (version 0, no user data) from the bookkept subscription and
+    assignment: the coordinator serves the bytes the client sent, which the manifest does
+    not keep, but what they say is the same.
+    """
+    topics = list(m["subscribed_topics"])
+    assigned = [{"topic": t, "partitions": sorted(ps)} for t, ps in sorted(m["assignment"].items())]
+    metadata = encode_subscription({"version": 0, "topics": topics, "user_data": b""})
+    assignment = encode_assignment({"version": 0, "assigned_partitions": assigned,
+                                    "user_data": b""})
+    return {
+        "member_id": m["member_id"], "group_instance_id": m["group_instance_id"],
+        "client_id": m["client_id"], "client_host": m["client_host"],
+        "member_metadata": {"hex": metadata.hex()},
+        "member_assignment": {"hex": assignment.hex()},
+        "member_metadata_decoded": {"topics": topics, "user_data": {"hex": ""}},
+        "member_assignment_decoded": {"assigned_partitions": assigned, "user_data": {"hex": ""}},
+    }
+
+
+def write_live_capture(manifest: DemoManifest, out_dir: Path | str | None = None) -> Path:
+    """Write the cluster's answers at the end of the history as a recorded capture.
+
+    Files (the formats of ``shared/corpus/golden/scenario-a``, which
+    :func:`pipelines.reconcile.cluster.snapshot_from_recorded` reads): ``live/list_groups.json``
+    (ListGroups v5), ``live/describe_groups.json`` (DescribeGroups v6, classic members with
+    hex and decoded blobs; consumer groups answer GROUP_ID_NOT_FOUND as on a 4.0 broker),
+    ``live/consumer_group_describe.json`` (librdkafka's describe_consumer_groups: KIP-848
+    members and every group's coordinator), ``live/offset_fetch.json`` and
+    ``live/offset_fetch_require_stable.json`` (OffsetFetch v8, topics=null; equal, as the
+    simulation ends every transaction), ``live/log_end_offsets.json`` and
+    ``capture_log.json`` (the ``__consumer_offsets`` high watermarks read before the capture,
+    which is the snapshot point, and its start time).
+
+    Everything comes from ``manifest``: groups and members from the bookkept group state,
+    offsets from the bookkept committed offsets, high watermarks from the log writers' next
+    offsets. Producers are not simulated, so a user partition's log end offset is the
+    furthest position any group committed (aborted ones included) plus a seeded slack.
+    Returns the ``live`` directory.
+    """
+    root = Path(out_dir if out_dir is not None else manifest.out_dir)
+    live = root / "live"
+    live.mkdir(parents=True, exist_ok=True)
+    started_ms = manifest.end_ms + CAPTURE_DELAY_MS
+    groups = sorted(manifest.groups.items())
+
+    listed = [{"group_id": gid, "protocol_type": g["protocol_type"], "group_state": g["state"],
+               "group_type": "consumer" if g["group_type"] == "consumer" else "classic"}
+              for gid, g in groups]
+    _write_json(live / "list_groups.json", {
+        "_type": "ListGroupsResponse", "_version": 5, "throttle_time_ms": 0, "error_code": 0,
+        "groups": listed, "_note": _SYNTHETIC})
+
+    described = []
+    for gid, g in groups:
+        if g["group_type"] == "consumer":
+            described.append({
+                "error_code": _GROUP_ID_NOT_FOUND,
+                "error_message": f"Group {gid} is not a classic group.", "group_id": gid,
+                "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
+                "authorized_operations": None, "error_name": "GroupIdNotFoundError"})
+            continue
+        described.append({
+            "error_code": 0, "error_message": None, "group_id": gid, "group_state": g["state"],
+            "protocol_type": g["protocol_type"],
+            "protocol_data": (g["protocol"] or "") if g["members"] else "",
+            "members": [_classic_member_answer(m) for m in g["members"]],
+            "authorized_operations": None, "error_name": "NoError"})
+    _write_json(live / "describe_groups.json", {
+        "_type": "DescribeGroupsResponse", "_version": 6, "throttle_time_ms": 0,
+        "groups": described, "_note": _SYNTHETIC})
+
+    cgd: dict[str, Any] = {}
+    for gid, g in groups:
+        modern = g["group_type"] == "consumer"
+        cgd[gid] = {
+            "group_id": gid, "is_simple_consumer_group": g["group_type"] == "simple",
+            "state": _RDKAFKA_STATES.get(g["state"], "UNKNOWN"),
+            "type": "CONSUMER" if modern else "CLASSIC",
+            "partition_assignor": g["assignor"] if modern else (
+                (g["protocol"] or "") if g["members"] else ""),
+            "coordinator": _coordinator(g["offsets_partition"]),
+            "members": [{
+                "member_id": m["member_id"], "client_id": m["client_id"],
+                "host": m["client_host"], "group_instance_id": m["group_instance_id"],
+                "assignment": _tp_pairs(m["assignment"]),
+                "target_assignment": _tp_pairs(m["target_assignment"]) if modern else None,
+            } for m in g["members"]],
+        }
+    cgd["_note"] = _SYNTHETIC
+    _write_json(live / "consumer_group_describe.json", cgd)
+
+    by_group: dict[str, dict[str, list[tuple[int, Committed]]]] = {}
+    for (gid, topic, partition), c in sorted(manifest.committed.items()):
+        by_group.setdefault(gid, {}).setdefault(topic, []).append((partition, c))
+    for require_stable, name in ((False, "offset_fetch.json"),
+                                 (True, "offset_fetch_require_stable.json")):
+        _write_json(live / name, {
+            "_type": "OffsetFetchResponse", "_version": 8, "throttle_time_ms": 0,
+            "groups": [{
+                "group_id": gid,
+                "topics": [{"name": topic, "partitions": [{
+                    "partition_index": partition, "committed_offset": c.offset,
+                    "committed_leader_epoch": c.leader_epoch, "metadata": c.metadata,
+                    "error_code": 0, "error_name": "NoError"} for partition, c in parts]}
+                    for topic, parts in sorted(by_group.get(gid, {}).items())],
+                "error_code": 0, "error_name": "NoError"} for gid, _ in groups],
+            "_note": f"OffsetFetch v8, topics=null for every group listed by ListGroups; "
+                     f"require_stable={require_stable}; {_SYNTHETIC}"})
+
+    furthest: dict[TP, int] = {}
+    for (_, topic, partition), c in manifest.committed.items():
+        furthest[(topic, partition)] = max(furthest.get((topic, partition), 0), c.offset)
+    for a in manifest.aborted:
+        furthest[(a.topic, a.partition)] = max(furthest.get((a.topic, a.partition), 0), a.offset)
+    rng = random.Random(f"offsetlake-demo/{manifest.seed}/log-end-offsets")
+    ends: dict[str, dict[str, dict[str, int]]] = {}
+    for topic, info in sorted(manifest.topics.items()):
+        for partition in range(info["partitions"]):
+            leo = furthest.get((topic, partition), 0) + rng.randint(0, 400)
+            ends.setdefault(topic, {})[str(partition)] = {
+                "log_start_offset": 0, "log_end_offset": leo, "last_stable_offset": leo}
+    _write_json(live / "log_end_offsets.json", ends)
+
+    started = datetime.fromtimestamp(started_ms / 1000, tz=timezone.utc)
+    _write_json(root / "capture_log.json", {
+        "started": started.strftime("%Y-%m-%dT%H:%M:%S+0000"), "started_ms": started_ms,
+        "offsets_partitions": sorted(manifest.partitions),
+        "co_end_offsets_before": {
+            str(p): {"log_start_offset": 0, "high_watermark": info["next_offset"],
+                     "last_stable_offset": info["next_offset"]}
+            for p, info in sorted(manifest.partitions.items())},
+        "groups": [gid for gid, _ in groups],
+        "brokers": [_coordinator(b)["host"] for b in range(_BROKERS)],
+        "_note": _SYNTHETIC,
+    })
+    return live
+
+
+# --------------------------------------------------------------------------------------------
 # Entry points
 # --------------------------------------------------------------------------------------------
 
@@ -1498,6 +1691,7 @@ def generate_cluster(
     start_ms: int | None = None,
     compression: str | Sequence[str] = "none",
     segment_bytes: int = SEGMENT_BYTES,
+    live: bool = True,
 ) -> DemoManifest:
     """Write a simulated cluster's ``__consumer_offsets`` log under ``out_dir`` and return
     what was written with the state the coordinator would rebuild from it.
@@ -1507,6 +1701,9 @@ def generate_cluster(
     for every data batch or one per broker phase (the golden capture switched none -> gzip
     -> zstd across two restarts); control batches are never compressed, as on a broker.
     Existing files in ``out_dir`` partition directories are overwritten.
+
+    ``live`` also writes the brokers' answers at the end of the history as a recorded
+    capture under ``out_dir/live`` (:func:`write_live_capture`).
     """
     if scale < 1:
         raise ValueError(f"scale must be >= 1, got {scale}")
@@ -1524,9 +1721,12 @@ def generate_cluster(
             log.emit(ev)
     finally:
         log.close()
+    if any(log.expected.pending.values()):
+        # The live answers take LSO == high watermark and require_stable == plain fetch.
+        raise AssertionError("a story left a transaction open; the live capture assumes none")
     groups, deleted = log.expected.final_groups(w)
     counts, partitions = log.counts()
-    return DemoManifest(
+    manifest = DemoManifest(
         out_dir=str(out), num_partitions=num_partitions, seed=seed, scale=scale,
         start_ms=w.start, end_ms=log.last_ts, compression=codecs,
         topics={t.name: {"topic_id": t.topic_id, "partitions": t.partitions}
@@ -1535,6 +1735,9 @@ def generate_cluster(
         deleted_groups=deleted, committed=log.expected.final_committed(),
         aborted=list(log.expected.aborted), counts=counts, partitions=partitions,
     )
+    if live:
+        write_live_capture(manifest, out)
+    return manifest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1560,7 +1763,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     n = manifest.counts["records"]
     print(manifest.summary())
     print(f"generated in {secs:.2f} s wall / {cpu:.2f} s CPU ({n / secs:,.0f} records/s wall, "
-          f"{n / max(cpu, 1e-9):,.0f} records/s CPU); manifest: {path}")
+          f"{n / max(cpu, 1e-9):,.0f} records/s CPU); manifest: {path}; live answers: "
+          f"{args.out_dir / 'live'}")
     return 0
 
 

@@ -85,12 +85,9 @@ def process_batch(engine: DeltaEngine, raw, batch_id: int, app_id: str, report: 
         if engine.append(contract(name), data, app_id, batch_id):
             wrote = True
             report.rows[name] += data.num_rows
-    cluster_ids = history.offsets_raw.column("cluster_id").unique().to_pylist()
-    for cluster_id in cluster_ids:
-        part = history if len(cluster_ids) == 1 else _only_cluster(history, cluster_id)
-        for table, n in apply_state(engine, part, cluster_id, app_id, batch_id, now).items():
-            wrote = True
-            report.rows[table] += n
+    for table, n in apply_state(engine, history, app_id, batch_id, now).items():
+        wrote = True
+        report.rows[table] += n
     report.batches += 1
     report.records += raw.num_rows
     report.statuses.update(history.status_counts())
@@ -99,20 +96,6 @@ def process_batch(engine: DeltaEngine, raw, batch_id: int, app_id: str, report: 
     bad = {k: v for k, v in history.status_counts().items() if k not in ("ok", "tombstone", "control")}
     log.info("batch %d: %d records%s", batch_id, raw.num_rows,
              f", not decoded: {bad}" if bad else "")
-
-
-def _only_cluster(history, cluster_id: str):
-    """The part of a batch that belongs to one cluster (segment trees can hold several)."""
-    import pyarrow.compute as pc
-
-    from pipelines.history.tables import HistoryBatch
-
-    def keep(t):
-        return t.filter(pc.equal(t.column("cluster_id"), cluster_id))
-
-    return HistoryBatch(keep(history.offsets_raw), keep(history.offset_commits),
-                        keep(history.group_metadata),
-                        [g for g in history.group_records if g.cluster_id == cluster_id])
 
 
 def open_stream(spark, cfg: IngestConfig):
@@ -175,25 +158,38 @@ def run_ingest(spark, cfg: IngestConfig) -> IngestReport:
 
 def ingest_segments_local(path: str | Path, lake: str | Path, cluster_id: str = "default",
                           engine: DeltaEngine | None = None, app_id: str = "offsetlake-local",
-                          first_batch_id: int = 0) -> IngestReport:
-    """The same per-batch processing without Spark: one batch per partition directory.
+                          first_batch_id: int = 0, max_records_per_batch: int = 500_000) -> IngestReport:
+    """The same per-batch processing without Spark, in batches of whole partition directories.
 
     For tests and tools where Spark is not the point (building a lake from a recording to
     reconcile against it); the streaming job remains the way to ingest incrementally.
     """
     import pyarrow as pa
 
-    from pipelines.sources.segment_source import cluster_of, index_partition, read_range
+    from pipelines.sources.segment_source import cluster_of, read_range
     from pipelines.sources.segments import find_segments
 
     engine = engine or make_engine("delta-rs", lake)
     report = IngestReport()
     started = time.perf_counter()
-    for batch_id, plog in enumerate(find_segments(path), start=first_batch_id):
-        idx = index_partition(plog)
-        end = int(idx.offsets[-1]) + 1 if len(idx.offsets) else 0
-        batches = list(read_range(plog, 0, end, cluster_of(plog, cluster_id)))
-        if batches:
-            process_batch(engine, pa.Table.from_batches(batches), batch_id, app_id, report)
+    pending: list = []
+    rows = 0
+    batch_id = first_batch_id
+
+    def flush() -> None:
+        nonlocal pending, rows, batch_id
+        if pending:
+            process_batch(engine, pa.Table.from_batches(pending), batch_id, app_id, report)
+            batch_id += 1
+        pending, rows = [], 0
+
+    everything = 1 << 62
+    for plog in find_segments(path):
+        for batch in read_range(plog, 0, everything, cluster_of(plog, cluster_id)):
+            pending.append(batch)
+            rows += batch.num_rows
+        if rows >= max_records_per_batch:
+            flush()
+    flush()
     report.seconds = time.perf_counter() - started
     return report

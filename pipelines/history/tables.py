@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.decode import CONTROL, OK, TOMBSTONE, decode_record
+from pipelines.decode import OK, TOMBSTONE, decode_record
 from pipelines.decode.columnar import decode_offset_commits
 from pipelines.decode.jsonify import dumps
 from pipelines.decode.wire import ZERO_UUID
@@ -49,57 +50,62 @@ def _ms_to_ts(arr: pa.Array) -> pa.Array:
 
 
 def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> HistoryBatch:
-    """Decode one micro-batch of raw records into the history tables."""
+    """Decode one micro-batch of raw records into the history tables.
+
+    Offset commits stay columnar end to end; only rows the vectorized decoder defers
+    (group records, the odd malformed record) are decoded one by one.
+    """
     raw = raw.combine_chunks()
     n = raw.num_rows
-    offsets = decode_offset_commits(raw.column("key"), raw.column("value"))
-    if isinstance(offsets, pa.RecordBatch):
-        offsets = pa.Table.from_batches([offsets])
+    is_control = pc.fill_null(raw.column("is_control"), False)
+    offsets = decode_offset_commits(raw.column("key"), raw.column("value"),
+                                    is_control=is_control).combine_chunks()
+    status = offsets.column("decode_status")
+    deferred = np.flatnonzero(pc.is_null(status).to_numpy(zero_copy_only=False))
 
-    record_type = offsets.column("record_type").to_pylist()
-    status = offsets.column("decode_status").to_pylist()
-    error = offsets.column("decode_error").to_pylist()
-    is_control = raw.column("is_control").to_pylist()
-    is_offset = [False] * n
+    record_type = offsets.column("record_type")
+    error = offsets.column("decode_error")
     group_rows: list[dict] = []
     group_records: list[GroupRecord] = []
-    keys = raw.column("key")
-    values = raw.column("value")
-    parts = raw.column("offsets_partition").to_pylist()
-    log_offsets = raw.column("offset").to_pylist()
-    stamps = raw.column("timestamp")
-    clusters = raw.column("cluster_id").to_pylist()
-    for i in range(n):
-        if is_control[i]:
-            status[i], error[i], record_type[i] = CONTROL, None, None
-            continue
-        if record_type[i] in (0, 1):
-            is_offset[i] = status[i] in (OK, TOMBSTONE)
-            continue
-        rec = decode_record(keys[i].as_py(), values[i].as_py())
-        record_type[i], status[i], error[i] = rec.record_type, rec.decode_status, rec.decode_error
-        if rec.decode_status not in (OK, TOMBSTONE):
-            continue
-        group_id = rec.group_id
-        subkey = next((rec.key[k] for k in GROUP_SUBKEYS if k in rec.key), "")
-        ts = stamps[i].as_py()
-        latest = LatestRecord(rec.record_type, subkey, rec.value is None, rec.value,
-                              parts[i], log_offsets[i], ts)
-        group_records.append(GroupRecord(clusters[i], group_id, latest))
-        row = _group_metadata_row(group_id, subkey, rec, parts[i], log_offsets[i], ts)
-        row.update(cluster_id=clusters[i], ingested_at=ingested_at)
-        group_rows.append(row)
+    if len(deferred):
+        sub = raw.take(pa.array(deferred))
+        d_type, d_status, d_error = [], [], []
+        for row in (sub.select(["cluster_id", "offsets_partition", "offset", "timestamp",
+                                            "key", "value"]).to_pylist()):
+            rec = decode_record(row["key"], row["value"])
+            d_type.append(rec.record_type)
+            d_status.append(rec.decode_status)
+            d_error.append(rec.decode_error)
+            if rec.decode_status not in (OK, TOMBSTONE):
+                continue
+            subkey = next((rec.key[k] for k in GROUP_SUBKEYS if k in rec.key), "")
+            latest = LatestRecord(rec.record_type, subkey, rec.value is None, rec.value,
+                                  row["offsets_partition"], row["offset"], row["timestamp"])
+            group_records.append(GroupRecord(row["cluster_id"], rec.group_id, latest))
+            group_row = _group_metadata_row(rec.group_id, subkey, rec, row["offsets_partition"],
+                                            row["offset"], row["timestamp"])
+            group_row.update(cluster_id=row["cluster_id"], ingested_at=ingested_at)
+            group_rows.append(group_row)
+        mask = np.zeros(n, dtype=bool)
+        mask[deferred] = True
+        mask_arr = pa.array(mask)
+        record_type = pc.replace_with_mask(record_type, mask_arr, pa.array(d_type, pa.int16()))
+        status = pc.replace_with_mask(status, mask_arr, pa.array(d_status, pa.string()))
+        error = pc.replace_with_mask(error, mask_arr, pa.array(d_error, pa.string()))
 
-    stamp = pa.scalar(ingested_at, pa.timestamp("us", tz="UTC"))
-    offsets_raw = raw.append_column("record_type", pa.array(record_type, pa.int16()))
-    offsets_raw = offsets_raw.append_column("decode_status", pa.array(status, pa.string()))
-    offsets_raw = offsets_raw.append_column("decode_error", pa.array(error, pa.string()))
-    offsets_raw = offsets_raw.append_column("ingested_at", pa.array([ingested_at] * n, stamp.type))
-    offsets_raw = offsets_raw.append_column("ingest_batch_id", pa.array([batch_id] * n, pa.int64()))
+    stamp_type = pa.timestamp("us", tz="UTC")
+    stamps = pa.array(np.full(n, np.datetime64(ingested_at.replace(tzinfo=None), "us")), stamp_type)
+    offsets_raw = raw.append_column("record_type", record_type)
+    offsets_raw = offsets_raw.append_column("decode_status", status)
+    offsets_raw = offsets_raw.append_column("decode_error", error)
+    offsets_raw = offsets_raw.append_column("ingested_at", stamps)
+    offsets_raw = offsets_raw.append_column("ingest_batch_id", pa.array(np.full(n, batch_id, np.int64)))
 
-    mask = pa.array(is_offset, pa.bool_())
-    oc = offsets.filter(mask)
-    src = raw.filter(mask)
+    is_offset = pc.and_(pc.is_in(record_type, value_set=pa.array([0, 1], pa.int16())),
+                        pc.is_in(status, value_set=pa.array([OK, TOMBSTONE])))
+    is_offset = pc.fill_null(is_offset, False)
+    oc = offsets.filter(is_offset)
+    src = raw.filter(is_offset)
     topic_id = oc.column("topic_id")
     topic_id = pc.if_else(pc.equal(topic_id, ZERO_UUID), pa.nulls(len(topic_id), pa.string()), topic_id)
     offset_commits = pa.table({
@@ -121,7 +127,7 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
         "record_timestamp": src.column("timestamp"),
         "producer_id": src.column("producer_id"),
         "is_transactional": src.column("is_transactional"),
-        "ingested_at": pa.array([ingested_at] * src.num_rows, stamp.type),
+        "ingested_at": stamps[: src.num_rows],
     })
     gm_contract = contract("group_metadata")
     group_metadata = pa.Table.from_pylist(group_rows, schema=gm_contract.arrow_schema) if group_rows \

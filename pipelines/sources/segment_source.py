@@ -10,6 +10,7 @@ themselves are kept (flagged) for the audit trail.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Iterator
@@ -87,11 +88,31 @@ def _signature(plog: PartitionLog) -> tuple:
     return tuple(stats)
 
 
+def log_records(segments: list) -> list[Record]:
+    """The records of a partition's segment files in offset order, each offset once.
+
+    Files can overlap: Kafka's ``.swap``/``.cleaned``/``.deleted`` leftovers, or several
+    copies of one segment taken at different times. An offset always holds the same
+    record (compaction only removes), so the union by offset is the log.
+    """
+    records = [r for seg in segments for _, batch in read_segment_file(seg) for r in batch]
+    if all(a.offset < b.offset for a, b in itertools.pairwise(records)):
+        return records
+    records.sort(key=lambda r: r.offset)  # stable: the first file's copy wins
+    out: list[Record] = []
+    last = -1
+    for r in records:
+        if r.offset > last:
+            out.append(r)
+            last = r.offset
+    return out
+
+
 def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None) -> PartitionIndex:
     sig = _signature(plog)
     if cached is not None and cached.signature == sig:
         return cached
-    records = [r for seg in plog.segments for _, batch in read_segment_file(seg) for r in batch]
+    records = log_records(plog.segments)
     fold = fold_transactions(records)
     offsets = np.fromiter((r.offset for r in _emitted(fold)), dtype=np.int64)
     return PartitionIndex(offsets, fold.last_stable_offset, sig)
@@ -138,11 +159,8 @@ def read_range(
     resolved by its marker, which lies further on in the log.
     """
     segs = plog.segments
-    first = 0
-    for i, seg in enumerate(segs):
-        if seg.base_offset <= start:
-            first = i
-    records = [r for seg in segs[first:] for _, batch in read_segment_file(seg) for r in batch]
+    first_base = max((seg.base_offset for seg in segs if seg.base_offset <= start), default=0)
+    records = log_records([seg for seg in segs if seg.base_offset >= first_base])
     fold = fold_transactions(records)
     wanted = [r for r in _emitted(fold) if start <= r.offset < end]
     for batch in records_to_arrow(wanted, cluster_id=cluster_id, rows_per_batch=rows_per_batch):

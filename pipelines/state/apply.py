@@ -33,71 +33,81 @@ def _with_ops(rows: list[dict], table: str, ops: list[str]) -> pa.Table:
     return data.append_column(OP, pa.array(ops, pa.string()))
 
 
-def _group_filter(cluster_id: str, groups: set[str]):
-    # delta-rs datasets prune on string_view statistics, which literal strings cannot be
-    # compared with: cast the column in the expression (the filter still runs in the scan).
-    return (pc.field("cluster_id").cast(pa.string()) == cluster_id) & pc.is_in(
-        pc.field("group_id").cast(pa.string()), value_set=pa.array(sorted(groups), pa.string()))
+def _group_filter(groups: set[tuple[str, str]]):
+    """Rows of the touched groups' ids (any cluster; callers keep exact (cluster, group) pairs).
+
+    delta-rs datasets prune on string_view statistics, which literal strings cannot be
+    compared with: cast the column in the expression (the filter still runs in the scan).
+    """
+    ids = sorted({g for _, g in groups})
+    return pc.is_in(pc.field("group_id").cast(pa.string()), value_set=pa.array(ids, pa.string()))
 
 
-def apply_state(engine: DeltaEngine, batch: HistoryBatch, cluster_id: str, app_id: str,
-                batch_id: int, now: datetime) -> dict[str, int]:
-    """Update every state table for one batch; returns rows changed per table."""
+def apply_state(engine: DeltaEngine, batch: HistoryBatch, app_id: str, batch_id: int,
+                now: datetime) -> dict[str, int]:
+    """Update every state table for one batch (all clusters in it); rows changed per table."""
     changed: dict[str, int] = {}
     oc_changes = offset_changes(batch.offset_commits, now)
     if oc_changes.num_rows and engine.merge(contract("committed_offsets"), oc_changes, app_id, batch_id):
         changed["committed_offsets"] = oc_changes.num_rows
 
-    latest = _latest_group_record_changes(batch, cluster_id, now)
+    latest = _latest_group_record_changes(batch, now)
     if latest.num_rows and engine.merge(contract("group_records_latest"), latest, app_id, batch_id):
         changed["group_records_latest"] = latest.num_rows
-    touched = set(latest.column("group_id").to_pylist())
+    touched = set(zip(latest.column("cluster_id").to_pylist(), latest.column("group_id").to_pylist(),
+                      strict=True))
     if not touched:
         return changed
 
-    records = _latest_records(engine, cluster_id, touched)
-    group_rows, member_rows = [], []
-    for group_id in sorted(touched):
-        group, members = derive_group(group_id, records.get(group_id, []))
-        if group is not None:
+    records = _latest_records(engine, touched)
+    group_rows, member_rows, group_delete = [], [], []
+    for cluster_id, group_id in sorted(touched):
+        group, members = derive_group(group_id, records.get((cluster_id, group_id), []))
+        if group is None:
+            group_delete.append({"cluster_id": cluster_id, "group_id": group_id, "group_type": "",
+                                 "group_state": "", "num_members": 0, "offsets_partition": 0,
+                                 "last_record_offset": 0, "updated_at": now})
+        else:
             group_rows.append({**group, "cluster_id": cluster_id, "updated_at": now})
         member_rows.extend({**m, "cluster_id": cluster_id, "updated_at": now} for m in members)
-    group_delete = [{"cluster_id": cluster_id, "group_id": g, "group_type": "", "group_state": "",
-                     "num_members": 0, "offsets_partition": 0, "last_record_offset": 0, "updated_at": now}
-                    for g in sorted(touched - {r["group_id"] for r in group_rows})]
     groups = _with_ops(group_rows + group_delete, "consumer_groups",
                        ["upsert"] * len(group_rows) + ["delete"] * len(group_delete))
     if engine.merge(contract("consumer_groups"), groups, app_id, batch_id):
         changed["consumer_groups"] = groups.num_rows
 
-    current = engine.read("group_members", ["cluster_id", "group_id", "member_id"],
-                          _group_filter(cluster_id, touched))
-    keep = {(r["group_id"], r["member_id"]) for r in member_rows}
-    gone = [{"cluster_id": cluster_id, "group_id": g, "member_id": m, "group_type": "", "updated_at": now}
-            for g, m in zip(current.column("group_id").to_pylist(), current.column("member_id").to_pylist(),
-                            strict=True) if (g, m) not in keep]
+    current = engine.read("group_members", ["cluster_id", "group_id", "member_id"], _group_filter(touched))
+    keep = {(r["cluster_id"], r["group_id"], r["member_id"]) for r in member_rows}
+    gone = [{"cluster_id": c, "group_id": g, "member_id": m, "group_type": "", "updated_at": now}
+            for c, g, m in zip(current.column("cluster_id").to_pylist(), current.column("group_id").to_pylist(),
+                               current.column("member_id").to_pylist(), strict=True)
+            if (c, g) in touched and (c, g, m) not in keep]
     members = _with_ops(member_rows + gone, "group_members",
                         ["upsert"] * len(member_rows) + ["delete"] * len(gone))
     if members.num_rows and engine.merge(contract("group_members"), members, app_id, batch_id):
         changed["group_members"] = members.num_rows
 
-    events = [(g.group_id, g.record) for g in batch.group_records
-              if g.record.record_type in (2, 3, 8)]
+    events: dict[str, list] = {}
+    for g in batch.group_records:
+        if g.record.record_type in (2, 3, 8):
+            events.setdefault(g.cluster_id, []).append((g.group_id, g.record))
     if events:
-        ev_groups = {g for g, _ in events}
+        ev_groups = {(c, g) for c, evs in events.items() for g, _ in evs}
         open_rows = engine.read("group_generations", None,
-                                _group_filter(cluster_id, ev_groups) & pc.field("valid_to").is_null())
+                                _group_filter(ev_groups) & pc.field("valid_to").is_null()).to_pylist()
         names = _topic_names(records)
-        rows = generation_changes(open_rows.to_pylist(), events, names, cluster_id, now)
+        rows = []
+        for cluster_id, evs in sorted(events.items()):
+            mine = [r for r in open_rows if r["cluster_id"] == cluster_id]
+            rows.extend(generation_changes(mine, evs, names, cluster_id, now))
         gens = _with_ops(rows, "group_generations", ["upsert"] * len(rows))
         if rows and engine.merge(contract("group_generations"), gens, app_id, batch_id):
             changed["group_generations"] = len(rows)
     return changed
 
 
-def _latest_group_record_changes(batch: HistoryBatch, cluster_id: str, now: datetime) -> pa.Table:
+def _latest_group_record_changes(batch: HistoryBatch, now: datetime) -> pa.Table:
     rows = [{
-        "cluster_id": cluster_id, "group_id": g.group_id, "record_type": g.record.record_type,
+        "cluster_id": g.cluster_id, "group_id": g.group_id, "record_type": g.record.record_type,
         "subkey": g.record.subkey, "is_tombstone": g.record.is_tombstone,
         "value_version": None, "value_json": None if g.record.value is None else dumps(g.record.value),
         "offsets_partition": g.record.offsets_partition, "offset": g.record.offset,
@@ -124,18 +134,22 @@ def _latest_group_record_changes(batch: HistoryBatch, cluster_id: str, now: date
     return table.append_column(OP, pa.array(["upsert"] * table.num_rows, pa.string()))
 
 
-def _latest_records(engine: DeltaEngine, cluster_id: str, groups: set[str]) -> dict[str, list[LatestRecord]]:
-    table = engine.read("group_records_latest", None, _group_filter(cluster_id, groups))
-    out: dict[str, list[LatestRecord]] = {}
+def _latest_records(engine: DeltaEngine, groups: set[tuple[str, str]]
+                    ) -> dict[tuple[str, str], list[LatestRecord]]:
+    table = engine.read("group_records_latest", None, _group_filter(groups))
+    out: dict[tuple[str, str], list[LatestRecord]] = {}
     for r in table.to_pylist():
+        key = (r["cluster_id"], r["group_id"])
+        if key not in groups:
+            continue
         value = json.loads(r["value_json"]) if r["value_json"] else None
-        out.setdefault(r["group_id"], []).append(LatestRecord(
+        out.setdefault(key, []).append(LatestRecord(
             r["record_type"], r["subkey"], r["is_tombstone"], value,
             r["offsets_partition"], r["offset"], r["record_timestamp"]))
     return out
 
 
-def _topic_names(records: dict[str, list[LatestRecord]]) -> dict[str, str]:
+def _topic_names(records: dict[tuple[str, str], list[LatestRecord]]) -> dict[str, str]:
     names = {}
     for recs in records.values():
         for r in recs:
