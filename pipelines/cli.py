@@ -377,8 +377,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    level = getattr(logging, str(args.log_level).upper(), logging.INFO)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    if level <= logging.DEBUG:
+        os.environ.setdefault("OFFSETLAKE_SPARK_LOG_LEVEL", "WARN")
     try:
         return args.func(args)
     except UserError as exc:
@@ -388,8 +392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"offsetlake {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        if _is_unreachable(exc):
-            print(f"offsetlake {args.command}: error: {exc}", file=sys.stderr)
+        reason = _user_facing(exc)
+        if reason:
+            print(f"offsetlake {args.command}: error: {reason}", file=sys.stderr)
             return 2
         log.debug("failure", exc_info=True)
         print(f"offsetlake {args.command}: failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -397,11 +402,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _is_unreachable(exc: BaseException) -> bool:
-    names = {type(e).__name__ for e in (exc, exc.__cause__, exc.__context__) if e is not None}
-    text = str(exc)
-    return bool(names & {"ClusterUnreachable", "KafkaUnreachable", "NoBrokersAvailable"}) or \
-        "cannot reach" in text
+def _user_facing(exc: BaseException) -> str | None:
+    """One line for failures the user can act on (unreachable cluster, no snapshot yet).
+
+    Spark wraps errors raised in a source into a JVM exception pages long; the Kafka
+    source knows how to find its own one-line cause inside.
+    """
+    from pipelines.sources.kafka_source import explain_failure
+
+    explained = explain_failure(exc)
+    if explained:
+        return explained
+    for e in (exc, exc.__cause__, exc.__context__):
+        if e is not None and type(e).__name__ in ("ClusterUnreachable", "NoBrokersAvailable",
+                                                  "NoSnapshotError"):
+            return f"{type(e).__name__}: {e}"
+    return None
 
 
 if __name__ == "__main__":

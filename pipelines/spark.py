@@ -34,7 +34,9 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("OFFSETLAKE_SPARK_LOG_LEVEL", "WARN"))
+    # Failures reach the user through our own one-line errors; Spark's JVM traces only
+    # with OFFSETLAKE_SPARK_LOG_LEVEL=WARN (or lower).
+    spark.sparkContext.setLogLevel(os.environ.get("OFFSETLAKE_SPARK_LOG_LEVEL", "FATAL"))
     return spark
 
 

@@ -1,0 +1,82 @@
+-- Who had committed what for a topic partition as of a point in time.
+--
+-- For every group: the offset the group coordinator would have served for (topic, partition)
+-- at :as_of, rebuilt from the offset_commits history: among the commit records that had
+-- taken effect by :as_of, the last one by log position. A group whose last such record is a
+-- tombstone (OffsetDelete, DeleteGroups, expiry) had no offset then and is left out.
+-- Transactional commits (TxnOffsetCommit, KIP-447) take effect when their transaction's
+-- COMMIT marker is written, and never when it is aborted or still open: the rules
+-- committed_offsets is built with, so an :as_of at or after the lake's last record gives
+-- exactly committed_offsets.
+--
+-- Parameters:
+--   :as_of       timestamp  required  the point in time (inclusive; UTC)
+--   :topic       string     null      the topic T (null = every topic)
+--   :partition   int        null      the partition P (null = every partition)
+--   :group_id    string     null      only this group
+--   :cluster_id  string     null      only this cluster
+--
+-- Columns: cluster_id, group_id, topic, partition, committed_offset, leader_epoch, metadata,
+--   commit_timestamp, effective_at (when the commit took effect: its record time, or its
+--   transaction's COMMIT marker time), is_transactional, offsets_partition, log_offset (the
+--   commit record's offset in that __consumer_offsets partition).
+WITH commits AS (
+    SELECT c.cluster_id, c.group_id, c.topic, c.partition, c.committed_offset, c.leader_epoch,
+           c.metadata, c.commit_timestamp, c.is_tombstone, c.producer_id, c.offsets_partition,
+           c.offset AS log_offset,
+           COALESCE(c.record_timestamp, c.commit_timestamp) AS record_time,
+           COALESCE(c.is_transactional, FALSE) AS is_transactional
+    FROM offset_commits c
+    WHERE COALESCE(c.record_timestamp, c.commit_timestamp) <= :as_of
+      AND (:topic IS NULL OR c.topic = :topic)
+      AND (:partition IS NULL OR c.partition = :partition)
+      AND (:group_id IS NULL OR c.group_id = :group_id)
+      AND (:cluster_id IS NULL OR c.cluster_id = :cluster_id)
+),
+markers AS (
+    SELECT r.cluster_id, r.offsets_partition, r.producer_id, r.offset AS log_offset,
+           r.control_type, r.timestamp AS marker_time
+    FROM offsets_raw r
+    WHERE r.is_control AND (:cluster_id IS NULL OR r.cluster_id = :cluster_id)
+),
+-- A transactional commit ends with the next marker of its producer in the same partition.
+txn_end AS (
+    SELECT e.cluster_id, e.offsets_partition, e.log_offset, e.is_marker,
+           MIN(CASE WHEN e.is_marker THEN e.log_offset END) OVER (
+               PARTITION BY e.cluster_id, e.offsets_partition, e.producer_id
+               ORDER BY e.log_offset
+               ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS marker_offset
+    FROM (
+        SELECT cluster_id, offsets_partition, producer_id, log_offset, FALSE AS is_marker
+        FROM commits WHERE is_transactional
+        UNION ALL
+        SELECT cluster_id, offsets_partition, producer_id, log_offset, TRUE AS is_marker
+        FROM markers
+    ) e
+),
+effective AS (
+    SELECT c.*,
+           CASE WHEN NOT c.is_transactional THEN c.record_time
+                WHEN m.control_type = 'COMMIT' THEN m.marker_time END AS effective_at
+    FROM commits c
+    LEFT JOIN txn_end t
+           ON NOT t.is_marker AND t.cluster_id = c.cluster_id
+          AND t.offsets_partition = c.offsets_partition AND t.log_offset = c.log_offset
+    LEFT JOIN markers m
+           ON m.cluster_id = t.cluster_id AND m.offsets_partition = t.offsets_partition
+          AND m.log_offset = t.marker_offset
+),
+ranked AS (
+    SELECT f.*,
+           ROW_NUMBER() OVER (
+               PARTITION BY f.cluster_id, f.group_id, f.topic, f.partition
+               ORDER BY f.log_offset DESC) AS newest_first
+    FROM effective f
+    WHERE f.effective_at <= :as_of
+)
+SELECT r.cluster_id, r.group_id, r.topic, r.partition, r.committed_offset, r.leader_epoch,
+       r.metadata, r.commit_timestamp, r.effective_at, r.is_transactional, r.offsets_partition,
+       r.log_offset
+FROM ranked r
+WHERE r.newest_first = 1 AND NOT r.is_tombstone
+ORDER BY r.cluster_id, r.group_id, r.topic, r.partition

@@ -1,0 +1,100 @@
+-- Groups that stopped committing: no offset commit since a cutoff, with their last commit time.
+--
+-- A group is listed when its last effective commit at or before :as_of (a non-tombstone
+-- record of offset_commits; a transactional one counts from its COMMIT marker, an aborted one
+-- never) is older than the cutoff: :cutoff when given, else :as_of - :idle_hours. :as_of
+-- defaults to the newest record the lake holds for the cluster, not the wall clock, so a lake
+-- whose ingestion paused does not make every group look stalled; pass the current time to
+-- ask "as of now". group_state/partitions are the groups' current state (consumer_groups,
+-- committed_offsets); a group that no longer exists (deleted, or its offsets gone) has a null
+-- group_state and is only listed with :include_deleted.
+--
+-- Parameters:
+--   :idle_hours       double     1.0    stalled = no commit for longer than this before :as_of
+--   :cutoff           timestamp  null   stalled = no commit since this time (overrides :idle_hours)
+--   :as_of            timestamp  null   "now" (null = the newest record of the cluster in the lake)
+--   :cluster_id       string     null   only this cluster
+--   :include_deleted  boolean    false  also list groups that no longer exist
+--
+-- Columns: cluster_id, group_id, group_type, group_state, num_members, partitions (with a
+--   current committed offset), last_commit_at, idle_seconds (:as_of - last_commit_at),
+--   cutoff, as_of. Ordered by last_commit_at, oldest first.
+WITH bounds AS (
+    SELECT b.cluster_id, b.as_of,
+           COALESCE(:cutoff, b.as_of - CAST(:idle_hours AS DOUBLE) * INTERVAL '1' HOUR) AS cutoff
+    FROM (
+        SELECT r.cluster_id, COALESCE(:as_of, MAX(r.timestamp)) AS as_of
+        FROM offsets_raw r
+        WHERE (:cluster_id IS NULL OR r.cluster_id = :cluster_id)
+        GROUP BY r.cluster_id
+    ) b
+),
+commits AS (
+    SELECT c.cluster_id, c.group_id, c.is_tombstone, c.producer_id, c.offsets_partition,
+           c.offset AS log_offset,
+           COALESCE(c.record_timestamp, c.commit_timestamp) AS record_time,
+           COALESCE(c.is_transactional, FALSE) AS is_transactional
+    FROM offset_commits c
+    WHERE NOT c.is_tombstone AND (:cluster_id IS NULL OR c.cluster_id = :cluster_id)
+),
+markers AS (
+    SELECT r.cluster_id, r.offsets_partition, r.producer_id, r.offset AS log_offset,
+           r.control_type, r.timestamp AS marker_time
+    FROM offsets_raw r
+    WHERE r.is_control AND (:cluster_id IS NULL OR r.cluster_id = :cluster_id)
+),
+-- A transactional commit ends with the next marker of its producer in the same partition.
+txn_end AS (
+    SELECT e.cluster_id, e.offsets_partition, e.log_offset, e.is_marker,
+           MIN(CASE WHEN e.is_marker THEN e.log_offset END) OVER (
+               PARTITION BY e.cluster_id, e.offsets_partition, e.producer_id
+               ORDER BY e.log_offset
+               ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS marker_offset
+    FROM (
+        SELECT cluster_id, offsets_partition, producer_id, log_offset, FALSE AS is_marker
+        FROM commits WHERE is_transactional
+        UNION ALL
+        SELECT cluster_id, offsets_partition, producer_id, log_offset, TRUE AS is_marker
+        FROM markers
+    ) e
+),
+effective AS (
+    SELECT c.cluster_id, c.group_id,
+           CASE WHEN NOT c.is_transactional THEN c.record_time
+                WHEN m.control_type = 'COMMIT' THEN m.marker_time END AS effective_at
+    FROM commits c
+    LEFT JOIN txn_end t
+           ON NOT t.is_marker AND t.cluster_id = c.cluster_id
+          AND t.offsets_partition = c.offsets_partition AND t.log_offset = c.log_offset
+    LEFT JOIN markers m
+           ON m.cluster_id = t.cluster_id AND m.offsets_partition = t.offsets_partition
+          AND m.log_offset = t.marker_offset
+),
+last_commit AS (
+    SELECT f.cluster_id, f.group_id, MAX(f.effective_at) AS last_commit_at
+    FROM effective f
+    JOIN bounds b ON b.cluster_id = f.cluster_id
+    WHERE f.effective_at <= b.as_of
+    GROUP BY f.cluster_id, f.group_id
+),
+current_offsets AS (
+    SELECT o.cluster_id, o.group_id, COUNT(*) AS partitions
+    FROM committed_offsets o
+    GROUP BY o.cluster_id, o.group_id
+)
+SELECT lc.cluster_id, lc.group_id, g.group_type, g.group_state, g.num_members,
+       COALESCE(co.partitions, CAST(0 AS BIGINT)) AS partitions,
+       lc.last_commit_at,
+       CAST(EXTRACT(DAY FROM (b.as_of - lc.last_commit_at)) AS BIGINT) * 86400
+         + CAST(EXTRACT(HOUR FROM (b.as_of - lc.last_commit_at)) AS BIGINT) * 3600
+         + CAST(EXTRACT(MINUTE FROM (b.as_of - lc.last_commit_at)) AS BIGINT) * 60
+         + CAST(FLOOR(EXTRACT(SECOND FROM (b.as_of - lc.last_commit_at))) AS BIGINT)
+         AS idle_seconds,
+       b.cutoff, b.as_of
+FROM last_commit lc
+JOIN bounds b ON b.cluster_id = lc.cluster_id
+LEFT JOIN consumer_groups g ON g.cluster_id = lc.cluster_id AND g.group_id = lc.group_id
+LEFT JOIN current_offsets co ON co.cluster_id = lc.cluster_id AND co.group_id = lc.group_id
+WHERE lc.last_commit_at < b.cutoff
+  AND (:include_deleted OR g.group_id IS NOT NULL)
+ORDER BY lc.last_commit_at, lc.cluster_id, lc.group_id

@@ -1,0 +1,764 @@
+"""Vectorized segment reading: segment file bytes -> RAW_ARROW_SCHEMA record batches.
+
+Why: nearly every ``__consumer_offsets`` batch is an uncompressed magic-2 batch of one to a
+few records, and the record-object path (:mod:`pipelines.sources.segments`) spends ~5 us per
+record building ``Record`` tuples and then Python lists for Arrow. Here, per group of files
+(~8 MiB), the only per-batch Python work is the framing walk (one ``struct`` unpack and one
+C-speed CRC32C per batch); everything else is numpy over all batches at once:
+
+1. **walk** (:func:`_walk`): follow the length fields with exactly the acceptance test of
+   ``decode_segment_bytes``' fast branch (magic 2, sane length, inside the file, base offset
+   at or above the floor, CRC32C valid). Whatever fails it goes through the exact
+   ``_slow_step`` right there, so framing, resynchronisation, floors and Problems are the
+   exact path's by construction;
+2. **headers**: one fancy-index gathers the 61 header bytes of every candidate batch; fields
+   are big-endian views of column slices;
+3. **records**: zig-zag varints (length, timestamp delta, offset delta, key and value
+   lengths; attributes skipped; header count must be 0) are decoded for the k-th record of
+   every batch at once, k = 0, 1, ... ("rounds"), with every check the exact decoder makes;
+4. **columns**: key/value become ``pa.binary`` arrays by one Arrow ``take`` over a view of the
+   file bytes whose offsets alternate gap/key/gap/key (no per-record bytes objects), batch
+   facts are expanded with ``np.repeat``.
+
+A batch the vector path does not fully validate (compressed, control, record headers,
+varints over 9 bytes, a record that does not fill its declared length, extreme offsets or
+timestamps, very long batches) is decoded by the exact ``_decode_v2_batch`` instead, at its
+place, with its Problems. So the output equals ``batches_to_arrow(iter_batches(...))`` row for
+row, chunk boundaries and Problems included (tests/test_segments.py checks this on every
+corpus file and on the corruption cases).
+
+Measured (``benchmarks/decode.py``, public corpus: 340 files, 171,764 records, 125,150
+batches; one pinned core of a shared 2-vCPU x86_64 box, CPython 3.11, pyarrow 26; best of 3
+per run, 3 runs):
+
+=========================================================  =================================
+stage                                                       records/s
+=========================================================  =================================
+``read_arrow`` before (record objects -> Python lists)      165-191k
+``read_arrow`` now (this module)                            1.05-1.19M
+read + vectorized offset-commit decode, now                 620-700k offset commits/s
+                                                            (before: 160-175k)
+=========================================================  =================================
+
+About 60% of the remaining read time is the per-batch walk loop (~0.45 us/batch) and file
+I/O; the numpy part is ~0.2 us/record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from crc32c import crc32c as _crc32c
+
+from .raw import RAW_ARROW_SCHEMA
+from .segments import (
+    _V2,
+    _V2_HEADER,
+    BatchInfo,
+    Problem,
+    Record,
+    SegmentFile,
+    _decode_v2_batch,
+    _slow_step,
+    find_segments,
+    parse_segment_name,
+    partition_of_dir,
+)
+from .segments import log as _seg_log
+
+__all__ = ["fold_arrow", "read_arrow", "read_file_arrow", "read_segments_arrow"]
+
+#: Bytes of segment data processed together: large enough to amortise numpy's per-call cost
+#: over many small files, small enough to bound memory for 1 GiB segments.
+GROUP_BYTES = 8 << 20
+# base offset, length, magic, crc, lastOffsetDelta of a v2 header in one unpack
+_WALK = struct.Struct(">qi4xbI2xi")
+_PAD = bytes(16)  # varint reads look up to 8 bytes past a (clamped) position
+_ATTR_NOT_FAST = 0x07 | 0x20  # compressed or control: decoded by the exact path
+_LIMIT = 1 << 62  # |base offset|, |base timestamp| bound: sums with deltas cannot overflow
+_FEW_ROUNDS = 16  # after this many record rounds, stragglers go to the exact decoder...
+_FEW_BATCHES = 16  # ...when fewer than this many batches are still active
+_TS_TYPE = RAW_ARROW_SCHEMA.field("timestamp").type
+
+
+# --------------------------------------------------------------------------------------------
+# Walking (per batch, Python; mirrors decode_segment_bytes)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _File:
+    """One segment being read: its bytes and where the walk stands."""
+
+    path: str
+    partition: int
+    data: bytes
+    mv: memoryview
+    pos: int
+    floor: int  # lowest base offset the next batch may have (as in decode_segment_bytes)
+
+    @property
+    def done(self) -> bool:
+        return self.pos >= len(self.data)
+
+
+@dataclass(slots=True)
+class _Part:
+    """What one walk over (part of) a file found, in file order.
+
+    ``fast`` holds the positions of batches that passed the exact fast branch's framing test;
+    ``exact`` the (ordinal, batch, records) the exact path decoded, where ordinal is the
+    batch's index among all batches of this part.
+    """
+
+    file: _File
+    fast: list[int] = field(default_factory=list)
+    exact: list[tuple[int, BatchInfo, list[Record]]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    start: int = 0  # byte region [start, end) of the file covering the fast batches
+    end: int = 0
+    walked: int = 0  # bytes of the file this walk advanced over
+
+
+def _open(segment: SegmentFile, offsets_partition: int | None) -> _File:
+    data = segment.path.read_bytes()
+    part = segment.offsets_partition if offsets_partition is None else offsets_partition
+    return _File(str(segment.path), part, data, memoryview(data), 0, segment.base_offset)
+
+
+def _walk(f: _File, stop: int) -> _Part:
+    """Walk ``f`` from where it stands until its end or past byte ``stop``.
+
+    The inner loop is the acceptance test of decode_segment_bytes' fast branch, nothing more;
+    anything it declines is handed to the exact ``_slow_step`` with the same floor, so the
+    framing (and every Problem) is the exact path's.
+    """
+    part = _Part(f)
+    fast = part.fast
+    exact = part.exact
+    problems = part.problems
+    data, mv, n, path = f.data, f.mv, len(f.data), f.path
+    pos, floor = f.pos, f.floor
+    begin = pos
+
+    def report(position: int, skipped: int, reason: str) -> None:
+        _seg_log.warning("%s @%d: %s (%d bytes skipped)", path, position, reason, skipped)
+        problems.append(Problem(path, position, skipped, reason))
+
+    unpack = _WALK.unpack_from
+    crc32c = _crc32c
+    append = fast.append
+    lim = min(n - _V2_HEADER, stop)
+    while pos < n and pos <= stop:
+        while pos <= lim:
+            base, length, magic, crc, last_delta = unpack(data, pos)
+            end = pos + 12 + length
+            if (
+                magic != 2
+                or length < 49
+                or end > n
+                or base < floor
+                or crc32c(data[pos + 21 : end]) != crc
+            ):
+                break
+            append(pos)
+            floor = base + last_delta + 1
+            pos = end
+        if pos >= n or pos > stop:
+            break
+        step = _slow_step(data, mv, pos, n, floor, path, f.partition, report)
+        if step is None:
+            pos = n
+            break
+        pos, item = step
+        if item is not None:
+            exact.append((len(fast) + len(exact), item[0], item[1]))
+            if item[0].crc_valid:  # a damaged header must not move the floor
+                floor = item[0].last_offset + 1
+    f.pos, f.floor = pos, floor
+    part.walked = pos - begin
+    if fast:
+        part.start = fast[0]
+        part.end = fast[-1] + 12 + struct.unpack_from(">i", data, fast[-1] + 8)[0]
+    return part
+
+
+# --------------------------------------------------------------------------------------------
+# Vectorized decoding of a group of parts
+# --------------------------------------------------------------------------------------------
+
+
+# The header fields the Arrow view needs, as big-endian fields of one 61-byte record.
+_HEADER_DTYPE = np.dtype(
+    {
+        "names": ["base", "length", "leader_epoch", "attrs", "base_ts", "max_ts", "pid",
+                  "epoch", "count"],
+        "formats": [">i8", ">i4", ">i4", ">i2", ">i8", ">i8", ">i8", ">i2", ">i4"],
+        "offsets": [0, 8, 12, 21, 27, 35, 43, 51, 57],
+        "itemsize": _V2_HEADER,
+    }
+)
+
+
+def _headers(u: np.ndarray, gpos: np.ndarray) -> dict[str, np.ndarray]:
+    """Header fields of the batches at ``gpos``, native byte order: one row gather through a
+    sliding-window view (61 bytes per batch, no index array per byte), then field views."""
+    rows = np.lib.stride_tricks.sliding_window_view(u, _V2_HEADER)[gpos]
+    rec = rows.view(_HEADER_DTYPE)[:, 0]
+    return {name: rec[name].astype(rec[name].dtype.newbyteorder("=")) for name in rec.dtype.names}
+
+
+def _varint(u: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Zig-zag varints at positions ``p``: (value, byte count, ok or None if all ok).
+
+    Up to 9 bytes (63 bits: int64 arithmetic is exact, so Python and numpy agree); longer
+    ones are flagged and their batch goes to the exact decoder.
+    """
+    b = u[p]
+    raw = (b & 0x7F).astype(np.int64)
+    nb = np.ones(p.shape, dtype=np.int64)
+    idx = np.flatnonzero(b & 0x80)
+    ok = None
+    j = 1
+    while idx.size:
+        if j == 9:
+            ok = np.ones(p.shape, dtype=bool)
+            ok[idx] = False
+            break
+        b = u[p[idx] + j]
+        raw[idx] |= (b & 0x7F).astype(np.int64) << (7 * j)
+        nb[idx] += 1
+        idx = idx[b >= 0x80]
+        j += 1
+    return (raw >> 1) ^ -(raw & 1), nb, ok
+
+
+@dataclass(slots=True)
+class _Rounds:
+    """Records decoded by the vector path, one entry per (round k, active batch)."""
+
+    batch: list[np.ndarray] = field(default_factory=list)  # candidate index
+    k: list[np.ndarray] = field(default_factory=list)  # record index within its batch
+    off_delta: list[np.ndarray] = field(default_factory=list)
+    ts_delta: list[np.ndarray] = field(default_factory=list)
+    key_start: list[np.ndarray] = field(default_factory=list)
+    key_len: list[np.ndarray] = field(default_factory=list)
+    value_start: list[np.ndarray] = field(default_factory=list)
+    value_len: list[np.ndarray] = field(default_factory=list)
+
+
+def _parse_records(
+    u: np.ndarray, start: np.ndarray, end: np.ndarray, count: np.ndarray, ok: np.ndarray
+) -> _Rounds:
+    """Decode the records of every batch with ``ok`` (cleared for batches that fail).
+
+    Round k decodes the k-th record of every batch still active. Positions are clamped to
+    the record's end, so garbage lengths never index outside the buffer; since positions only
+    grow, "header count byte at record end - 1" proves every field lay inside the record.
+    """
+    out = _Rounds()
+    cur = start.copy()
+    act = np.flatnonzero(ok & (count > 0))
+    k = 0
+    while act.size:
+        if k >= _FEW_ROUNDS and act.size < _FEW_BATCHES:
+            ok[act] = False  # a few long batches: the exact loop is cheaper than rounds
+            break
+        p = cur[act]
+        be = end[act]
+        rlen, nb, vok = _varint(u, p)
+        rs = p + nb
+        re = rs + rlen
+        good = (rlen >= 6) & (re <= be)
+        if vok is not None:
+            good &= vok
+        lim = np.where(good, re, p)
+        q = np.minimum(rs + 1, lim)  # skip the record attributes byte
+        ts_delta, nb, v = _varint(u, q)
+        q = np.minimum(q + nb, lim)
+        if v is not None:
+            good &= v
+        off_delta, nb, v = _varint(u, q)
+        q = np.minimum(q + nb, lim)
+        if v is not None:
+            good &= v
+        klen, nb, v = _varint(u, q)
+        ks = q + nb
+        q = np.minimum(ks + np.maximum(klen, 0), lim)
+        if v is not None:
+            good &= v
+        vlen, nb, v = _varint(u, q)
+        vs = q + nb
+        q = np.minimum(vs + np.maximum(vlen, 0), lim)
+        if v is not None:
+            good &= v
+        last = count[act] == k + 1
+        good &= (u[q] == 0) & (q + 1 == re) & (~last | (re == be))
+        if not good.all():
+            ok[act[~good]] = False
+            act, re, last = act[good], re[good], last[good]
+            ts_delta, off_delta = ts_delta[good], off_delta[good]
+            ks, klen, vs, vlen = ks[good], klen[good], vs[good], vlen[good]
+        out.batch.append(act)
+        out.k.append(np.full(act.size, k, dtype=np.int64))
+        out.off_delta.append(off_delta)
+        out.ts_delta.append(ts_delta)
+        out.key_start.append(ks)
+        out.key_len.append(klen)
+        out.value_start.append(vs)
+        out.value_len.append(vlen)
+        cur[act] = re
+        act = act[~last]
+        k += 1
+    return out
+
+
+def _binary(
+    buf: bytes,
+    starts: np.ndarray,
+    lens: np.ndarray,
+    extra: list[bytes | None] | None,
+    fast_rows: np.ndarray | None,
+) -> pa.Array:
+    """``pa.binary`` array of the byte ranges ``buf[start:start+len]`` (null where len < 0),
+    then, if ``extra`` is given, merged with those values at the rows not in ``fast_rows``.
+
+    Ranges must be increasing and disjoint (records in file order): they become the odd
+    elements of a zero-copy view of ``buf`` whose even elements are the gaps, and one Arrow
+    ``take`` copies them out.
+    """
+    m = starts.size
+    large = len(buf) >= (1 << 31) - 1
+    offsets = np.empty(2 * m + 2, dtype=np.int64 if large else np.int32)
+    offsets[0] = 0
+    offsets[1 : 2 * m + 1 : 2] = starts
+    offsets[2 : 2 * m + 2 : 2] = starts + np.maximum(lens, 0)
+    offsets[2 * m + 1] = len(buf)
+    view = pa.Array.from_buffers(
+        pa.large_binary() if large else pa.binary(),
+        2 * m + 1,
+        [None, pa.py_buffer(offsets), pa.py_buffer(buf)],
+    )
+    valid = lens >= 0
+    idx = np.arange(1, 2 * m, 2, dtype=np.int64)
+    arr = view.take(pa.array(idx, mask=~valid) if not valid.all() else pa.array(idx))
+    if large:
+        arr = arr.cast(pa.binary())
+    if not extra:
+        return arr
+    assert fast_rows is not None
+    n = m + len(extra)
+    perm = np.empty(n, dtype=np.int64)
+    perm[fast_rows] = np.arange(m, dtype=np.int64)
+    rest = np.ones(n, dtype=bool)
+    rest[fast_rows] = False
+    perm[rest] = np.arange(m, n, dtype=np.int64)
+    both = pa.concat_arrays([arr, pa.array(extra, pa.binary())])
+    return both.take(pa.array(perm))
+
+
+def _strings(values: list[str], codes: np.ndarray) -> pa.Array:
+    """String column from per-row codes into ``values`` (code -1 = null)."""
+    table = pa.array(values, pa.string())
+    if codes.size and codes.min() < 0:
+        return table.take(pa.array(codes, mask=codes < 0))
+    return table.take(pa.array(codes))
+
+
+def _build(
+    parts: Sequence[_Part], cluster_id: str | None, problems: list[Problem] | None
+) -> tuple[pa.RecordBatch | None, np.ndarray]:
+    """Decode a group of walked parts: (rows as RAW_ARROW_SCHEMA or None if none, cumulative
+    row count at the end of every batch in log order)."""
+    # ---- one buffer over the regions holding fast candidates, and their positions in it
+    pieces: list[memoryview | bytes] = []
+    gshift: list[int] = []
+    size = 0
+    for p in parts:
+        gshift.append(size - p.start)
+        if p.fast:
+            pieces.append(p.file.mv[p.start : p.end])
+            size += p.end - p.start
+    pieces.append(_PAD)
+    buf = b"".join(pieces)
+    u = np.frombuffer(buf, dtype=np.uint8)
+    nfast = np.array([len(p.fast) for p in parts], dtype=np.int64)
+    part_of = np.repeat(np.arange(len(parts), dtype=np.int64), nfast)
+    fpos = (
+        np.concatenate([np.array(p.fast, dtype=np.int64) for p in parts if p.fast])
+        if nfast.sum()
+        else np.zeros(0, dtype=np.int64)
+    )
+    gpos = fpos + np.array(gshift, dtype=np.int64)[part_of]
+
+    # ---- ordinals: index of every batch of the group in log order
+    totals = nfast + np.array([len(p.exact) for p in parts], dtype=np.int64)
+    base_ord = np.cumsum(totals) - totals
+    nb = int(totals.sum())
+    is_exact = np.zeros(nb, dtype=bool)
+    exact: list[tuple[int, BatchInfo, list[Record]]] = []
+    for i, p in enumerate(parts):
+        b0 = int(base_ord[i])
+        for o, batch, recs in p.exact:
+            exact.append((b0 + o, batch, recs))
+            is_exact[b0 + o] = True
+    fast_ord = np.flatnonzero(~is_exact)
+
+    # ---- headers of all candidates at once
+    hdr = _headers(u, gpos)
+    base, attrs, count = hdr["base"], hdr["attrs"], hdr["count"].astype(np.int64)
+    length = hdr["length"].astype(np.int64)
+    base_ts, max_ts = hdr["base_ts"], hdr["max_ts"]
+    bstart = gpos + _V2_HEADER
+    bend = gpos + 12 + length
+    ok = (
+        (attrs & _ATTR_NOT_FAST == 0)
+        & (count >= 0)
+        & (np.abs(base) < _LIMIT)
+        & (np.abs(base_ts) < _LIMIT)
+        & ((count > 0) | (bstart == bend))
+    )
+    rounds = _parse_records(u, bstart, bend, count, ok)
+
+    # ---- candidates the vector path declined: the exact fast-branch decode, in place
+    fallback_problems: list[tuple[int, int, Problem]] = []
+    for i in np.flatnonzero(~ok).tolist():
+        pi = int(part_of[i])
+        f = parts[pi].file
+        pos = int(fpos[i])
+        end = pos + 12 + int(length[i])
+        header = _V2.unpack_from(f.data, pos)
+        batch, recs, error = _decode_v2_batch(
+            f.data, f.mv, pos, end, header, True, f.path, f.partition
+        )
+        if error is not None:
+            _seg_log.warning("%s @%d: %s (%d bytes skipped)", f.path, pos, error, end - pos)
+            fallback_problems.append((pi, pos, Problem(f.path, pos, end - pos, error)))
+        exact.append((int(fast_ord[i]), batch, recs))
+    if problems is not None:
+        merged = [(pi, pr.position, pr) for pi, p in enumerate(parts) for pr in p.problems]
+        if fallback_problems:
+            merged = sorted(merged + fallback_problems, key=lambda t: (t[0], t[1]))
+        problems.extend(pr for _, _, pr in merged)
+    exact.sort(key=lambda t: t[0])
+
+    # ---- batch-level columns (one value per batch of the group), then rows
+    counts = np.zeros(nb, dtype=np.int64)
+    counts[fast_ord[ok]] = count[ok]
+    ex_ord = np.array([o for o, _, _ in exact], dtype=np.int64)
+    ex_batches = [b for _, b, _ in exact]
+    counts[ex_ord] = [len(r) for _, _, r in exact]
+    ends = np.cumsum(counts)
+    nrows = int(ends[-1]) if nb else 0
+    if nrows == 0:
+        return None, ends
+
+    file_names: list[str] = []
+    file_code: dict[str, int] = {}
+    part_file = np.empty(len(parts), dtype=np.int64)
+    partitions = np.empty(len(parts), dtype=np.int32)
+    for i, p in enumerate(parts):
+        part_file[i] = file_code.setdefault(p.file.path, len(file_names))
+        if part_file[i] == len(file_names):
+            file_names.append(p.file.path)
+        partitions[i] = p.file.partition
+
+    def per_batch(fast_values: np.ndarray, attr: str, dtype: type) -> np.ndarray:
+        col = np.empty(nb, dtype=dtype)
+        col[fast_ord] = fast_values
+        if exact:
+            col[ex_ord] = [getattr(b, attr) for b in ex_batches]
+        return col
+
+    comp_names = ["none"]
+    comp = np.zeros(nb, dtype=np.int32)
+    source = np.empty(nb, dtype=np.int32)
+    source[fast_ord] = part_file[part_of]
+    part_col = np.empty(nb, dtype=np.int32)
+    part_col[fast_ord] = partitions[part_of]
+    if exact:
+        comp_code = {"none": 0}
+        comp[ex_ord] = [
+            comp_code.setdefault(b.compression, len(comp_code)) for b in ex_batches
+        ]
+        comp_names = list(comp_code)
+        source[ex_ord] = [file_code[b.source] for b in ex_batches]
+        part_col[ex_ord] = [b.offsets_partition for b in ex_batches]
+    batch_cols = {
+        "offsets_partition": part_col,
+        "producer_id": per_batch(hdr["pid"], "producer_id", np.int64),
+        "producer_epoch": per_batch(hdr["epoch"], "producer_epoch", np.int16),
+        "is_transactional": per_batch((attrs & 0x10) != 0, "is_transactional", np.bool_),
+        "is_control": per_batch(np.zeros(fast_ord.size, bool), "is_control", np.bool_),
+        "partition_leader_epoch": per_batch(hdr["leader_epoch"], "partition_leader_epoch", np.int32),
+        "magic": per_batch(np.full(fast_ord.size, 2, np.int8), "magic", np.int8),
+        "batch_base_offset": per_batch(base, "base_offset", np.int64),
+        "crc_valid": per_batch(np.ones(fast_ord.size, bool), "crc_valid", np.bool_),
+        "source_position": per_batch(fpos, "position", np.int64),
+        "timestamp_type": per_batch((attrs & 0x08) >> 3, "timestamp_type", np.int8),
+    }
+    row_batch = np.repeat(np.arange(nb, dtype=np.int64), counts)
+    row_start = ends - counts
+
+    # ---- record-level columns: vector rows scattered to their row, exact rows likewise
+    offset = np.empty(nrows, dtype=np.int64)
+    timestamp = np.empty(nrows, dtype=np.int64)
+    if rounds.batch:
+        cand = np.concatenate(rounds.batch)
+        keep = ok[cand]
+        cand = cand[keep]
+
+        def cat(chunks: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(chunks)[keep]
+
+        rows = row_start[fast_ord[cand]] + cat(rounds.k)
+        offset[rows] = base[cand] + cat(rounds.off_delta)
+        timestamp[rows] = np.where(
+            attrs[cand] & 0x08, max_ts[cand], base_ts[cand] + cat(rounds.ts_delta)
+        )
+        if exact or len(rounds.batch) > 1:  # rounds are interleaved: scatter to row order
+            is_fast = np.zeros(nrows, dtype=bool)
+            is_fast[rows] = True
+            fast_rows = np.flatnonzero(is_fast)
+
+            def in_row_order(chunks: list[np.ndarray]) -> np.ndarray:
+                col = np.empty(nrows, dtype=np.int64)
+                col[rows] = cat(chunks)
+                return col[fast_rows]
+        else:  # one round, no exact batches: already in row order
+            fast_rows = rows
+
+            def in_row_order(chunks: list[np.ndarray]) -> np.ndarray:
+                return cat(chunks)
+
+        key_start, key_len = in_row_order(rounds.key_start), in_row_order(rounds.key_len)
+        value_start = in_row_order(rounds.value_start)
+        value_len = in_row_order(rounds.value_len)
+    else:
+        fast_rows = np.zeros(0, dtype=np.int64)
+        key_start = key_len = value_start = value_len = fast_rows
+    control = np.full(nrows, -1, dtype=np.int32)
+    control_names: list[str] = []
+    keys_extra: list[bytes | None] = []
+    values_extra: list[bytes | None] = []
+    if exact:
+        ex_counts = np.array([len(r) for _, _, r in exact], dtype=np.int64)
+        ex_rows = np.repeat(row_start[ex_ord] - (np.cumsum(ex_counts) - ex_counts), ex_counts)
+        ex_rows += np.arange(ex_rows.size, dtype=np.int64)
+        recs = [r for _, _, rs in exact for r in rs]
+        offset[ex_rows] = [r[0] for r in recs]
+        timestamp[ex_rows] = [r[1] for r in recs]
+        keys_extra = [r[3] for r in recs]
+        values_extra = [r[4] for r in recs]
+        codes: dict[str, int] = {}
+        for row, r in zip(ex_rows.tolist(), recs, strict=True):
+            if r[6] is not None:
+                control[row] = codes.setdefault(r[6], len(codes))
+        control_names = list(codes)
+
+    cols: dict[str, pa.Array] = {
+        "cluster_id": pa.nulls(nrows, pa.string())
+        if cluster_id is None
+        else pa.repeat(pa.scalar(cluster_id, pa.string()), nrows),
+        "offset": pa.array(offset),
+        "timestamp": pa.array(timestamp, type=_TS_TYPE, mask=timestamp < 0),
+        "key": _binary(buf, key_start, key_len, keys_extra, fast_rows),
+        "value": _binary(buf, value_start, value_len, values_extra, fast_rows),
+        "control_type": _strings(control_names, control)
+        if control_names
+        else pa.nulls(nrows, pa.string()),
+        "compression": _strings(comp_names, comp[row_batch]),
+        "source": _strings(file_names, source[row_batch]),
+    }
+    for name, values in batch_cols.items():
+        cols[name] = pa.array(values[row_batch])
+    arrays = [cols[f.name].cast(f.type) for f in RAW_ARROW_SCHEMA]
+    return pa.RecordBatch.from_arrays(arrays, schema=RAW_ARROW_SCHEMA), ends
+
+
+# --------------------------------------------------------------------------------------------
+# Driving: files -> groups -> chunks of ~rows_per_batch rows
+# --------------------------------------------------------------------------------------------
+
+
+def _groups(
+    segments: Iterable[SegmentFile], offsets_partition: int | None
+) -> Iterator[list[_Part]]:
+    """Walk files in order, cutting them into groups of about GROUP_BYTES."""
+    group: list[_Part] = []
+    size = 0
+    for seg in segments:
+        f = _open(seg, offsets_partition)
+        while True:
+            part = _walk(f, f.pos + max(GROUP_BYTES - size, 1))
+            group.append(part)
+            size += part.walked
+            if size >= GROUP_BYTES:
+                yield group
+                group, size = [], 0
+            if f.done:
+                break
+    if group:
+        yield group
+
+
+def read_segments_arrow(
+    segments: Iterable[SegmentFile],
+    *,
+    cluster_id: str | None = None,
+    rows_per_batch: int = 65536,
+    offsets_partition: int | None = None,
+    problems: list[Problem] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """RAW_ARROW_SCHEMA batches of ``segments`` read in the given order: the same rows and
+    chunk boundaries as ``batches_to_arrow(read_segment_file(s) for s in segments)``.
+
+    A chunk is cut after the first Kafka batch that brings it to ``rows_per_batch`` rows;
+    a chunk lying inside one group is a zero-copy slice of it.
+    """
+    pending: list[pa.RecordBatch] = []
+    have = 0
+    for group in _groups(segments, offsets_partition):
+        rb, ends = _build(group, cluster_id, problems)
+        if rb is None:
+            continue
+        start = 0
+        total = rb.num_rows
+        while start < total:
+            target = start + max(rows_per_batch - have, 1)
+            i = int(np.searchsorted(ends, target, side="left"))
+            if i == ends.size:
+                pending.append(rb.slice(start))
+                have += total - start
+                break
+            cut = int(ends[i])
+            piece = rb.slice(start, cut - start)
+            yield pa.concat_batches([*pending, piece]) if pending else piece
+            pending, have, start = [], 0, cut
+    if pending:
+        yield pa.concat_batches(pending) if len(pending) > 1 else pending[0]
+
+
+def _segment(segment: SegmentFile | str | os.PathLike[str]) -> SegmentFile:
+    if isinstance(segment, SegmentFile):
+        return segment
+    p = Path(segment)
+    return parse_segment_name(p) or SegmentFile(p, partition_of_dir(p.parent), 0, "")
+
+
+def read_file_arrow(
+    segment: SegmentFile | str | os.PathLike[str],
+    *,
+    cluster_id: str | None = None,
+    offsets_partition: int | None = None,
+    rows_per_batch: int = 65536,
+    problems: list[Problem] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """One segment file as RAW_ARROW_SCHEMA batches; equal to
+    ``batches_to_arrow(read_segment_file(segment, ...))``."""
+    return read_segments_arrow(
+        [_segment(segment)],
+        cluster_id=cluster_id,
+        rows_per_batch=rows_per_batch,
+        offsets_partition=offsets_partition,
+        problems=problems,
+    )
+
+
+def read_arrow(
+    *paths: str | os.PathLike[str],
+    cluster_id: str | None = None,
+    rows_per_batch: int = 65536,
+    problems: list[Problem] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Every record under ``paths`` (data and control, no folding), in the order of
+    :func:`~pipelines.sources.segments.iter_batches`."""
+    segs = (seg for plog in find_segments(*paths) for seg in plog.segments)
+    return read_segments_arrow(
+        segs, cluster_id=cluster_id, rows_per_batch=rows_per_batch, problems=problems
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Transaction folding on Arrow
+# --------------------------------------------------------------------------------------------
+
+
+def _bools(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def fold_arrow(
+    table: pa.Table | pa.RecordBatch,
+    *,
+    stop_at_lso: bool = False,
+    log_end_offset: int | None = None,
+) -> tuple[pa.Table, int]:
+    """:func:`~pipelines.sources.segments.fold_transactions` on RAW_ARROW_SCHEMA rows of ONE
+    partition in log order: (rows kept, last stable offset).
+
+    Kept, in log order: non-transactional data, committed transactional data, and every
+    control row (the markers, which ``FoldResult`` returns separately). Dropped: data of
+    aborted transactions and held-back data of transactions with no marker yet (always at or
+    after the LSO); with ``stop_at_lso`` also the other data rows at or after the LSO
+    (control rows stay, as in ``fold_transactions``). A data row is decided by the first
+    COMMIT/ABORT control row of the same producer id after it.
+
+    The LSO is the first offset of the earliest open transaction, else the log end offset:
+    ``log_end_offset`` if given, else max(offset) + 1. ``fold_transactions`` uses the last
+    offset of the last *batch* there, which Arrow rows do not carry (it differs when the
+    cleaner emptied the tail of that batch); pass ``log_end_offset`` to match it exactly.
+    """
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    n = table.num_rows
+    offset = table.column("offset").to_numpy(zero_copy_only=False).astype(np.int64)
+    end = int(offset.max()) + 1 if n else 0
+    if log_end_offset is not None:
+        end = log_end_offset
+    is_control = _bools(table, "is_control")
+    data_txn = ~is_control & _bools(table, "is_transactional")
+    ctype = table.column("control_type")
+    is_abort = _bools_of(pc.equal(ctype, "ABORT"))
+    decisive = is_control & (is_abort | _bools_of(pc.equal(ctype, "COMMIT")))
+    producer = table.column("producer_id").fill_null(-1).to_numpy(zero_copy_only=False)
+
+    drop = np.zeros(n, dtype=bool)
+    lso = end
+    cand = np.flatnonzero(data_txn | decisive)
+    if cand.size:
+        order = cand[np.argsort(producer[cand], kind="stable")]  # by producer, then log order
+        marker = decisive[order]
+        m = order.size
+        nxt = np.where(marker, np.arange(m), m)
+        nxt = np.minimum.accumulate(nxt[::-1])[::-1]  # next marker at or after, in order
+        data = ~marker
+        rows = order[data]
+        nm = nxt[data]
+        decided = nm < m
+        decided[decided] = producer[order[nm[decided]]] == producer[rows[decided]]
+        aborted = decided.copy()
+        aborted[decided] = is_abort[order[nm[decided]]]
+        drop[rows[aborted]] = True
+        held = rows[~decided]  # grouped by producer, log order within
+        if held.size:
+            drop[held] = True
+            hp = producer[held]
+            first = np.ones(held.size, dtype=bool)
+            first[1:] = hp[1:] != hp[:-1]
+            lso = int(offset[held[first]].min())
+    if stop_at_lso:
+        drop |= ~is_control & (offset >= lso)
+    return table.filter(pa.array(~drop)), lso
+
+
+def _bools_of(arr: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return arr.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
