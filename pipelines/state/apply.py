@@ -98,7 +98,8 @@ def apply_state(engine: DeltaEngine, batch: HistoryBatch, app_id: str, batch_id:
         rows = []
         for cluster_id, evs in sorted(events.items()):
             mine = [r for r in open_rows if r["cluster_id"] == cluster_id]
-            rows.extend(generation_changes(mine, evs, names, cluster_id, now))
+            rows.extend(generation_changes(mine, evs, names, cluster_id, now,
+                                           _member_metadata(records, cluster_id, batch)))
         gens = _with_ops(rows, "group_generations", ["upsert"] * len(rows))
         if rows and engine.merge(contract("group_generations"), gens, app_id, batch_id):
             changed["group_generations"] = len(rows)
@@ -146,6 +147,16 @@ def _latest_records(engine: DeltaEngine, groups: set[tuple[str, str]]
         out.setdefault(key, []).append(LatestRecord(
             r["record_type"], r["subkey"], r["is_tombstone"], value,
             r["offsets_partition"], r["offset"], r["record_timestamp"]))
+    return out
+
+
+def _member_metadata(records: dict[tuple[str, str], list[LatestRecord]], cluster_id: str,
+                     batch: HistoryBatch) -> dict[tuple[str, str], dict]:
+    """KIP-848 member metadata (type 5) by (group, member): from state, then this batch."""
+    out = {(g, r.subkey): r.value for (c, g), recs in records.items() if c == cluster_id
+           for r in recs if r.record_type == 5 and r.value}
+    out.update({(g.group_id, g.record.subkey): g.record.value for g in batch.group_records
+                if g.cluster_id == cluster_id and g.record.record_type == 5 and g.record.value})
     return out
 
 

@@ -34,11 +34,13 @@ def _classic_rows(group_id: str, rec: LatestRecord) -> dict[GenKey, dict[str, An
     return rows
 
 
-def _member_rows(group_id: str, rec: LatestRecord, topic_names: dict[str, str]) -> dict[GenKey, dict[str, Any]]:
+def _member_rows(group_id: str, rec: LatestRecord, topic_names: dict[str, str],
+                 member: dict[str, Any]) -> dict[GenKey, dict[str, Any]]:
     value = rec.value or {}
     epoch = value.get("member_epoch", 0)
-    base = {"group_type": "consumer", "group_instance_id": None, "client_id": None,
-            "client_host": None, "subscribed_topics": None}
+    base = {"group_type": "consumer", "group_instance_id": member.get("instance_id"),
+            "client_id": member.get("client_id"), "client_host": member.get("client_host"),
+            "subscribed_topics": member.get("subscribed_topic_names")}
     owned = [(topic_names.get(tp["topic_id"], tp["topic_id"]), p)
              for tp in value.get("assigned_partitions") or () for p in tp["partitions"]]
     return {(group_id, epoch, rec.subkey, topic, partition): base for topic, partition in owned or [("", -1)]}
@@ -50,11 +52,14 @@ def generation_changes(
     topic_names: dict[str, str],
     cluster_id: str,
     updated_at: datetime,
+    members: dict[tuple[str, str], dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows to upsert into ``group_generations`` after replaying ``events`` in log order.
 
-    ``open_rows`` are the currently open rows (valid_to null) of the groups in ``events``.
+    ``open_rows`` are the currently open rows (valid_to null) of the groups in ``events``;
+    ``members`` maps (group, member id) to the KIP-848 member metadata (client id, host...).
     """
+    members = members or {}
     open_by_key: dict[GenKey, dict[str, Any]] = {
         (r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"]): dict(r)
         for r in open_rows
@@ -87,7 +92,8 @@ def generation_changes(
             open_(new, rec)
         elif rec.record_type == 8:
             mine = [k for k in in_group if k[2] == rec.subkey and open_by_key[k]["group_type"] == "consumer"]
-            new = {} if rec.is_tombstone else _member_rows(group_id, rec, topic_names)
+            info = members.get((group_id, rec.subkey), {})
+            new = {} if rec.is_tombstone else _member_rows(group_id, rec, topic_names, info)
             close([k for k in mine if k not in new], rec)
             open_(new, rec)
         elif rec.record_type == 3 and rec.is_tombstone:
