@@ -130,7 +130,7 @@ def main() -> None:
     added = append_one_percent(gen_dir)
     inc = run_ingest_timed(spark, gen_dir, lake, "bench", args.max_records_per_batch)
 
-    print(f"\ngenerated {manifest.total_records:,} records in {gen_secs:.1f}s; work dir {work}")
+    print(f"\ngenerated {manifest.counts['records']:,} records in {gen_secs:.1f}s; work dir {work}")
     print(f"{'data':<26}{'records':>12}{'seconds':>10}{'records/s':>12}{'baseline/s':>12}"
           f"{'vs baseline':>13}{'vs dump-log':>13}")
     for name, records, seconds, rate, base in rows:

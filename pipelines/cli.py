@@ -171,16 +171,39 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     data = Path(args.data)
     lake = Path(args.lake)
+    manifest_path = data / "demo-manifest.json"
     if not (data / "__consumer_offsets-0").exists() or args.regenerate:
         manifest = generate_cluster(data, num_partitions=args.partitions, scale=args.scale, seed=args.seed)
-        log.info("generated %s records of cluster history under %s", manifest.total_records, data)
+        if not manifest_path.exists():
+            manifest.write_manifest(manifest_path)
+        log.info("generated %s records of cluster history under %s", manifest.counts["records"], data)
     spark = spark_session("offsetlake-demo")
     report = run_ingest(spark, IngestConfig(source="segments", lake=lake, path=str(data),
                                             cluster_id="demo"))
     log.info("ingested %d records in %d batches (%.0f records/s)", report.records, report.batches,
              report.records_per_second)
     print_summary(lake, groups=args.show_groups)
+    if manifest_path.exists():
+        return _check_demo(lake, json.loads(manifest_path.read_text()))
     return 0
+
+
+def _check_demo(lake: Path, manifest: dict) -> int:
+    """Compare the lake's committed offsets with the generator's independent expectation."""
+    from pipelines.lake.engines import DeltaRsEngine
+
+    expected = {(c["group"], c["topic"], c["partition"]): (c["offset"], c["leader_epoch"], c["metadata"])
+                for c in manifest["committed_offsets"]}
+    rows = DeltaRsEngine(lake).read("committed_offsets").to_pylist()
+    actual = {(r["group_id"], r["topic"], r["partition"]): (r["committed_offset"], r["leader_epoch"], r["metadata"])
+              for r in rows}
+    wrong = sorted(k for k in expected.keys() | actual.keys() if expected.get(k) != actual.get(k))
+    print(f"\ncommitted_offsets vs the generator's expected coordinator state: "
+          f"{len(expected) - len([k for k in wrong if k in expected])} of {len(expected)} equal, "
+          f"{len(actual.keys() - expected.keys())} unexpected")
+    for key in wrong[:10]:
+        print(f"  differs: {key}: lake={actual.get(key)} expected={expected.get(key)}")
+    return 1 if wrong else 0
 
 
 # ----------------------------------------------------------------------------- reconcile

@@ -12,13 +12,17 @@ import re
 import struct
 import zlib
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from kafka import codec as kcodec
 from kafka.record import MemoryRecords
 
+from pipelines.sources import fastread
 from pipelines.sources import segments as seg
 from pipelines.sources.raw import RAW_ARROW_SCHEMA
 from pipelines.sources.segments import (
@@ -29,6 +33,7 @@ from pipelines.sources.segments import (
     SegmentWriter,
     decode_segment_bytes,
     encode_batch,
+    encode_control_batch,
     encode_records,
     find_segments,
     fold_transactions,
@@ -803,3 +808,400 @@ def test_find_segments_names_and_order(tmp_path: Path) -> None:
         (7, ["00000000000000000050.log.swap"]),
     ]
     assert list(read_records(tmp_path / "data")) == []
+
+
+# ------------------------------------------------------------------------------------------
+# vectorized Arrow reader (fastread) == the record-object path, and fold_arrow
+# ------------------------------------------------------------------------------------------
+
+
+def exact_arrow(
+    batches: Iterable[tuple[BatchInfo, list[Record]]], rows_per_batch: int = 65536
+) -> list[pa.RecordBatch]:
+    return list(seg.batches_to_arrow(batches, cluster_id="c", rows_per_batch=rows_per_batch))
+
+
+def assert_same_arrow(fast: list[pa.RecordBatch], exact: list[pa.RecordBatch]) -> None:
+    """Same chunking, schema and values in every column (Table.equals is value equality)."""
+    assert [b.num_rows for b in fast] == [b.num_rows for b in exact]
+    assert all(b.schema == RAW_ARROW_SCHEMA for b in fast)
+    got = pa.Table.from_batches(fast, schema=RAW_ARROW_SCHEMA)
+    want = pa.Table.from_batches(exact, schema=RAW_ARROW_SCHEMA)
+    for name in RAW_ARROW_SCHEMA.names:
+        assert got.column(name).equals(want.column(name)), name
+
+
+def assert_fast_decodes_like_exact(
+    data: bytes, *, offsets_partition: int = 3, base_offset: int = 0, rows_per_batch: int = 7
+) -> list[Problem]:
+    """bytes_to_arrow == batches_to_arrow(decode_segment_bytes(...)), Problems included."""
+    want: list[Problem] = []
+    exact = exact_arrow(
+        decode_segment_bytes(
+            data, offsets_partition=offsets_partition, base_offset=base_offset, problems=want
+        ),
+        rows_per_batch,
+    )
+    got: list[Problem] = []
+    fast = list(
+        fastread.bytes_to_arrow(
+            data,
+            offsets_partition=offsets_partition,
+            base_offset=base_offset,
+            cluster_id="c",
+            rows_per_batch=rows_per_batch,
+            problems=got,
+        )
+    )
+    assert_same_arrow(fast, exact)
+    assert got == want
+    return got
+
+
+@pytest.fixture(params=[fastread.GROUP_BYTES, 700], ids=["groups-default", "groups-700B"])
+def group_bytes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Also run with tiny groups: files are then cut into several walks and chunks span
+    groups, which the corpus alone (3 groups) hardly exercises."""
+    monkeypatch.setattr(fastread, "GROUP_BYTES", request.param)
+    return request.param
+
+
+def test_fast_arrow_equals_exact_per_corpus_file(
+    public_read: dict, golden_read: dict, scenario_a: Path
+) -> None:
+    for path, (batches, problems) in public_read.items():
+        got: list[Problem] = []
+        fast = list(seg.read_file_arrow(path, cluster_id="c", problems=got))
+        assert_same_arrow(fast, exact_arrow(batches))
+        assert got == problems == []
+    for plog in find_segments(scenario_a / "segments"):
+        (sf,) = plog.segments
+        fast = list(seg.read_file_arrow(sf, cluster_id="c", rows_per_batch=1000))
+        assert_same_arrow(fast, exact_arrow(golden_read[plog.offsets_partition][0], 1000))
+
+
+@pytest.mark.parametrize(
+    ("group", "rows_per_batch"), [(fastread.GROUP_BYTES, 65536), (64 << 10, 5000), (64 << 10, 333)]
+)
+def test_fast_read_arrow_equals_exact_on_corpora(
+    public_corpus: Path,
+    public_read: dict,
+    scenario_a: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    group: int,
+    rows_per_batch: int,
+) -> None:
+    """Whole trees: groups of many files, chunks spanning groups (64 KiB: ~300 groups)."""
+    monkeypatch.setattr(fastread, "GROUP_BYTES", group)
+    order = [sf.path for plog in find_segments(public_corpus) for sf in plog.segments]
+    exact = exact_arrow((b for p in order for b in public_read[p][0]), rows_per_batch)
+    assert_same_arrow(
+        list(seg.read_arrow(public_corpus, cluster_id="c", rows_per_batch=rows_per_batch)), exact
+    )
+    golden = scenario_a / "segments"
+    assert_same_arrow(
+        list(seg.read_arrow(golden, cluster_id="c", rows_per_batch=rows_per_batch)),
+        exact_arrow(seg.iter_batches(golden), rows_per_batch),
+    )
+
+
+def test_fast_arrow_equals_exact_on_corruption(sample: tuple, group_bytes: int) -> None:
+    """The damage of the corruption tests above, read by both paths."""
+    data, batches = sample
+    rng = random.Random(11)
+    cases = [data, data + bytes(1000), data[:100] + bytes(5000) + data[100:]]
+    cases += [data[:cut] for cut in rng.sample(range(1, len(data)), 15)]
+    for _ in range(25):
+        k = rng.randrange(len(batches))
+        victim = batches[k][0]
+        damaged = bytearray(data)
+        if rng.random() < 0.3:  # length field
+            damaged[victim.position + 8 + rng.randrange(4)] ^= 1 << rng.randrange(8)
+        else:  # checksummed part
+            at = rng.randrange(victim.position + 21, victim.position + victim.size)
+            damaged[at] ^= 1 << rng.randrange(8)
+        cases.append(bytes(damaged))
+    for _ in range(10):
+        at = rng.randrange(len(data))
+        cases.append(data[:at] + rng.randbytes(rng.randrange(1, 600)) + data[at:])
+    for _ in range(25):
+        damaged = bytearray(data)
+        for _ in range(rng.randrange(1, 20)):
+            damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        cases.append(bytes(damaged[: rng.randrange(len(damaged) // 2, len(damaged) + 1)]))
+    cases.append(rng.randbytes(5000))
+    reported = 0
+    for case in cases:
+        reported += len(assert_fast_decodes_like_exact(case, base_offset=0))
+    assert reported > len(cases)  # the cases do hit the exact path's problem reporting
+
+
+def test_fast_arrow_equals_exact_on_legacy_and_special_batches() -> None:
+    legacy = (
+        legacy_message(10, 0, b"plain", b"x")
+        + legacy_wrapper(11, 1, 1, [(b"k", b"v"), (b"k2", None)], ts=100)
+        + legacy_message(13, 1, b"m1", b"y", timestamp=-5)
+    )
+    special = (
+        encode_batch([NewRecord(14, 1, b"a", b"b")], base_offset=14)
+        + encode_batch([], base_offset=15, last_offset_delta=3, producer_id=9)  # emptied
+        + encode_batch([NewRecord(19, 5, b"h", b"v", (("k", b"v"), ("n", None)))], base_offset=19)
+        + encode_batch([NewRecord(20, 7, b"t", b"v")], base_offset=20, timestamp_type=1)
+        + encode_batch([NewRecord(21, 8, b"z", b"v" * 300)], base_offset=21, compression="gzip")
+        + encode_control_batch("ABORT", offset=22, producer_id=9, producer_epoch=0, timestamp=9)
+        + encode_batch(
+            [NewRecord(23, 9, struct.pack(">hh", 0, 2), b"\x00\x00")],
+            base_offset=23,
+            is_control=True,
+            is_transactional=True,
+            producer_id=9,
+        )
+        + encode_batch([NewRecord(24, 10, b"dup", b"v")], base_offset=20)  # below the floor
+    )
+    for rows in (1, 3, 65536):
+        assert_fast_decodes_like_exact(legacy + special, rows_per_batch=rows)
+    assert_fast_decodes_like_exact(b"")
+
+
+def zz(v: int, width: int | None = None) -> bytes:
+    """Zig-zag varint, padded with continuation bytes to ``width`` (non-minimal) if given."""
+    u = (v << 1) if v >= 0 else ((-v) << 1) - 1
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    while width is not None and len(out) < width:
+        out[-1] |= 0x80
+        out.append(0)
+    return bytes(out)
+
+
+def raw_record(
+    ts_delta: int,
+    off_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    *,
+    widths: tuple[int | None, ...] = (None,) * 5,
+    tail: bytes = b"\x00",
+    length_adjust: int = 0,
+    ts_bytes: bytes | None = None,
+) -> bytes:
+    """A v2 record with chosen varint widths (length, ts, offset, key len, value len), or
+    the timestamp delta's raw varint bytes."""
+    ts = zz(ts_delta, widths[1]) if ts_bytes is None else ts_bytes
+    body = b"\x00" + ts + zz(off_delta, widths[2])
+    body += zz(-1 if key is None else len(key), widths[3]) + (key or b"")
+    body += zz(-1 if value is None else len(value), widths[4]) + (value or b"")
+    body += tail
+    return zz(len(body) + length_adjust, widths[0]) + body
+
+
+def raw_batch(
+    records: list[bytes],
+    *,
+    base_offset: int,
+    count: int | None = None,
+    base_timestamp: int = 1_700_000_000_000,
+    max_timestamp: int = 1_700_000_000_999,
+    attrs: int = 0,
+    last_offset_delta: int | None = None,
+) -> bytes:
+    """A v2 batch around hand-made record bytes, with a valid CRC32C."""
+    body = b"".join(records)
+    count = len(records) if count is None else count
+    out = bytearray(61)
+    seg._V2.pack_into(
+        out, 0, base_offset, 49 + len(body), 0, 2, 0, attrs,
+        max(count - 1, 0) if last_offset_delta is None else last_offset_delta,
+        base_timestamp, max_timestamp, 77, 1, 0, count,
+    )  # fmt: skip
+    out += body
+    struct.pack_into(">I", out, 17, seg._crc32c(memoryview(out)[21:]))
+    return bytes(out)
+
+
+@pytest.fixture
+def fallbacks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Positions of the batches the vector parser declined (handed to _decode_v2_batch)."""
+    calls: list[int] = []
+    real = fastread._decode_v2_batch
+
+    def counting(data: bytes, mv: memoryview, pos: int, *args: Any) -> Any:
+        calls.append(pos)
+        return real(data, mv, pos, *args)
+
+    monkeypatch.setattr(fastread, "_decode_v2_batch", counting)
+    return calls
+
+
+def test_fast_arrow_vector_edge_cases(fallbacks: list[int]) -> None:
+    """Varint widths and record shapes the vector parser must accept exactly as the exact
+    decoder does, or decline (the exact decoder then reports what is wrong)."""
+    long_value = bytes(range(256)) * 70  # 3-byte length varint
+    bit63 = b"\x80" * 9 + b"\x01"  # a 10-byte varint: zig-zag 2**63 -> 2**62
+    good = [
+        raw_batch([raw_record(0, 0, b"k", b"v")], base_offset=0),
+        raw_batch([raw_record(-(2**40), 0, b"k" * 64, None)], base_offset=1),  # 6-byte ts
+        raw_batch([raw_record(2**61, 0, None, long_value)], base_offset=2),  # 9-byte varint
+        raw_batch([raw_record(5, 0, b"", b"", widths=(3, 2, 4, 5, 9))], base_offset=3),
+        raw_batch([b"\x0e\x00\x00\x00\x03\x02v\x00"], base_offset=4),  # key length -2: null
+        raw_batch([raw_record(1, 300, b"x", b"y")], base_offset=5, last_offset_delta=300),
+        raw_batch([raw_record(3, 0, b"k", b"v")], base_offset=306, attrs=0x08 | 0x10 | 0x40),
+        raw_batch([raw_record(-1, 0, b"k", b"v")], base_offset=307, base_timestamp=0),
+        raw_batch(
+            [raw_record(i, i, b"k%d" % i, b"v" * (i * 9)) for i in range(40)], base_offset=308
+        ),  # many records: rounds, then the exact decoder for the straggler
+        raw_batch([raw_record(0, 0, b"k", b"v", ts_bytes=bit63)], base_offset=348),
+        raw_batch([raw_record(-1, 0, b"k", b"v")], base_offset=349, base_timestamp=-(2**63)),
+    ]
+    data = b"".join(good)
+    assert assert_fast_decodes_like_exact(data) == []
+    starts = np.cumsum([0] + [len(b) for b in good])
+    assert fallbacks == [int(starts[i]) for i in (8, 9, 10)]  # all others: vector path
+    bad = [
+        raw_batch([raw_record(0, 0, b"k", b"v", tail=b"\x02\x02kk\x02vv")], base_offset=0),
+        raw_batch([raw_record(0, 0, b"k", b"v", length_adjust=1)], base_offset=0),
+        raw_batch([raw_record(0, 0, b"k", b"v", length_adjust=-1)], base_offset=0),
+        raw_batch([raw_record(0, 0, b"k", b"v")], base_offset=0, count=2),
+        raw_batch([raw_record(0, 0, b"k", b"v")] * 2, base_offset=0, count=1),
+        raw_batch([raw_record(0, 0, b"k", b"v")], base_offset=0, count=-1),
+        raw_batch([raw_record(0, 0, b"k", b"v")], base_offset=0, count=0),
+        raw_batch([b"\x0a\x00\x00\x00\x03k\x02v\x00"], base_offset=0),
+        raw_batch([b"\x04\x00\x00\x00\x00"], base_offset=0),  # record length 2 < 6
+        raw_batch([b"\x8c"], base_offset=0),  # varint running off the batch
+        raw_batch([raw_record(0, 0, b"k", b"v")], base_offset=2**62 + 5),
+        raw_batch([raw_record(0, 0, b"k", b"v")], base_offset=0, attrs=0x20),  # control
+    ]
+    for i, b in enumerate(bad):
+        prefix = raw_batch([raw_record(0, 0, b"p", b"p")], base_offset=0)
+        # each bad batch between good ones, at the end of a file, and alone
+        for case in (prefix + b.replace(b"\x00" * 8, struct.pack(">q", 1), 1) + good[0], b):
+            assert_fast_decodes_like_exact(case, rows_per_batch=1 + i % 3)
+    # offsets past int64: the exact path's Arrow conversion raises, the fast one must too
+    # (rather than wrap around silently)
+    huge = raw_batch([raw_record(0, 5, b"k", b"v")], base_offset=2**63 - 3)
+    with pytest.raises(OverflowError):
+        exact_arrow(decode_segment_bytes(huge))
+    with pytest.raises(OverflowError):
+        list(fastread.bytes_to_arrow(huge))
+
+
+def test_fast_arrow_fuzzed_records_with_valid_crc(group_bytes: int) -> None:
+    """Random damage inside checksummed batches whose CRC is then recomputed: framing stays
+    sound, so every batch reaches the vector parser, which must decline exactly the records
+    the exact decoder rejects."""
+    recs = [NewRecord(i, 1_000 + i, b"key-%d" % i, b"value" * (i % 30)) for i in range(60)]
+    sizes = [1, 1, 3, 1, 2, 7, 1, 1, 5, 1, 4, 1, 1, 2, 1, 6, 1, 1, 1, 1, 3, 1, 1, 1, 1, 1, 1, 1]
+    blobs, start = [], 0
+    for size in sizes:
+        blobs.append(encode_batch(recs[start : start + size], base_offset=start))
+        start += size
+    rng = random.Random(12)
+    for _ in range(120):
+        damaged = [bytearray(b) for b in blobs]
+        for _ in range(rng.randrange(1, 4)):
+            b = rng.choice(damaged)
+            at = rng.choice([rng.randrange(21, len(b)), rng.randrange(57, 61), 61])
+            b[at] = rng.randrange(256) if rng.random() < 0.5 else b[at] ^ 1 << rng.randrange(8)
+            struct.pack_into(">I", b, 17, seg._crc32c(memoryview(b)[21:]))
+        assert_fast_decodes_like_exact(b"".join(damaged), rows_per_batch=rng.choice([1, 9, 999]))
+
+
+def test_writer_output_reads_the_same_fast(tmp_path: Path) -> None:
+    """Headers, LogAppendTime, every codec, transactions, multi-segment: via files."""
+    with SegmentWriter(tmp_path, 12, base_offset=100, partition_leader_epoch=3) as w:
+        for comp in seg.CODEC_NAMES:
+            w.append([(b"k", b"v"), (None, bytes(5000)), (b"t", None)], timestamp=[10, 5, 2**40],
+                     compression=comp)  # fmt: skip
+        w.append([(b"h", b"v")], timestamp=50, headers=(("trace", b"abc"),), timestamp_type=1)
+        w.append([(b"tx", b"1")], timestamp=60, producer_id=77, producer_epoch=2,
+                 base_sequence=9, transactional=True)  # fmt: skip
+        w.append_marker("COMMIT", producer_id=77, producer_epoch=2, timestamp=61)
+        w.roll()
+        w.append([(b"next", b"segment")], timestamp=70)
+    for rows in (1, 4, 65536):
+        problems: list[Problem] = []
+        assert_same_arrow(
+            list(seg.read_arrow(tmp_path, cluster_id="c", rows_per_batch=rows, problems=problems)),
+            exact_arrow(seg.iter_batches(tmp_path), rows),
+        )
+        assert problems == []
+
+
+def folded_rows(records: list[Record], result: seg.FoldResult) -> list[Record]:
+    """What fold_arrow keeps: FoldResult.records and .markers merged back into log order."""
+    keep = {id(r) for r in result.records} | {id(r) for r in result.markers}
+    return [r for r in records if id(r) in keep]
+
+
+def assert_fold_arrow_equals_fold(records: list[Record], table: pa.Table) -> None:
+    assert table.num_rows == len(records)
+    end = max((r.batch.last_offset + 1 for r in records), default=0)
+    for stop in (False, True):
+        result = fold_transactions(records, stop_at_lso=stop)
+        kept, lso = seg.fold_arrow(table, stop_at_lso=stop, log_end_offset=end)
+        assert lso == result.last_stable_offset
+        want = list(seg.records_to_arrow(folded_rows(records, result), cluster_id="c"))
+        assert kept.equals(pa.Table.from_batches(want, schema=RAW_ARROW_SCHEMA)), stop
+        if end == max((r.offset + 1 for r in records), default=0):  # no emptied tail batch
+            assert seg.fold_arrow(table, stop_at_lso=stop)[1] == lso
+
+
+def test_fold_arrow_equals_fold_transactions_golden(scenario_a: Path, golden_read: dict) -> None:
+    for plog in find_segments(scenario_a / "segments"):
+        records = flat(golden_read[plog.offsets_partition][0])
+        table = pa.Table.from_batches(list(seg.read_arrow(plog.directory, cluster_id="c")))
+        assert_fold_arrow_equals_fold(records, table)
+
+
+def test_fold_arrow_equals_fold_transactions_generated(tmp_path: Path) -> None:
+    """The demo history (aborted and committed transactions), whole and cut at many points:
+    every cut inside a transaction leaves it open, so held-back rows and the LSO move."""
+    from pipelines.demo import generate_cluster
+
+    generate_cluster(tmp_path, scale=1, live=False)
+    rng = random.Random(13)
+    aborted = 0
+    for plog in find_segments(tmp_path):
+        records = list(read_records(plog.directory))
+        table = pa.Table.from_batches(
+            list(seg.read_arrow(plog.directory, cluster_id="c")), schema=RAW_ARROW_SCHEMA
+        )
+        aborted += len(fold_transactions(records).aborted)
+        cuts = {len(records)} | set(rng.sample(range(len(records) + 1), min(8, len(records))))
+        txn = [i for i, r in enumerate(records) if r.is_transactional]
+        cuts |= {i + 1 for i in txn[:: max(1, len(txn) // 6)]}
+        for cut in sorted(cuts):
+            assert_fold_arrow_equals_fold(records[:cut], table.slice(0, cut))
+    assert aborted > 0
+
+
+def test_fold_arrow_open_and_interleaved_transactions(tmp_path: Path) -> None:
+    """The synthetic log of test_fold_open_aborted_and_interleaved_transactions, plus a
+    KRaft-only control record and a transaction reopened after its marker."""
+    with SegmentWriter(tmp_path, 7) as w:
+        w.append([(b"a", b"1")], timestamp=1)
+        w.append([(b"t1", b"x"), (b"t1", b"y")], timestamp=2, producer_id=5, producer_epoch=0,
+                 transactional=True)  # fmt: skip
+        w.append([(b"t2", b"x")], timestamp=3, producer_id=6, producer_epoch=0, transactional=True)
+        w.append([(b"b", None)], timestamp=4)
+        w.append_marker("ABORT", producer_id=6, producer_epoch=0, timestamp=5)
+        w.write_raw(
+            encode_batch([NewRecord(6, 5, struct.pack(">hh", 0, 2), b"\x00\x00")],
+                         base_offset=6, is_control=True, is_transactional=True, producer_id=5),
+            7,
+        )  # fmt: skip
+        w.append_marker("COMMIT", producer_id=5, producer_epoch=0, timestamp=6)
+        w.append([(b"t3", b"z")], timestamp=7, producer_id=5, producer_epoch=0, transactional=True)
+        w.append([(b"t4", b"z")], timestamp=7, producer_id=6, producer_epoch=1, transactional=True)
+        w.append([(b"c", b"2")], timestamp=8)
+    records = list(read_records(tmp_path))
+    table = pa.Table.from_batches(list(seg.read_arrow(tmp_path, cluster_id="c")))
+    for cut in range(len(records) + 1):
+        assert_fold_arrow_equals_fold(records[:cut], table.slice(0, cut))
+    kept, lso = seg.fold_arrow(table)
+    assert lso == 8 and kept.column("offset").to_pylist() == [0, 1, 2, 4, 5, 6, 7, 10]
+    empty, lso = seg.fold_arrow(table.slice(0, 0))
+    assert empty.num_rows == 0 and lso == 0

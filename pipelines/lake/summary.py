@@ -32,5 +32,5 @@ def print_summary(lake: Path, groups: int = 3) -> None:
         print(f"\nCurrent offsets of {gid}:")
         for o in (o for o in offsets if o["group_id"] == gid):
             meta = f"  metadata={o['metadata']!r}" if o["metadata"] else ""
-            print(f"  {o['topic']}-{o['partition']:<4} offset={o['committed_offset']:<8} "
-                  f"leader_epoch={o['leader_epoch']}{meta}")
+            where = f"{o['topic']}-{o['partition']}"
+            print(f"  {where:<16} offset={o['committed_offset']:<9} leader_epoch={o['leader_epoch']:<3}{meta}")

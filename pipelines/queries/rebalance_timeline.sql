@@ -8,8 +8,8 @@
 -- (partitions_assigned) and closed (partitions_revoked). A member that keeps a partition
 -- across the record counts in neither. Events: group created, rebalance, group empty,
 -- member replaced (static membership: same generation, new member id), same generation
--- rewritten, group deleted (or converted to a KIP-848 group when records 3-8 follow), group
--- epoch bump, member joined, member updated, member left, target assignment, member target,
+-- rewritten, group converted (a classic group's tombstone followed by KIP-848 records: the
+-- upgrade to a consumer group), group deleted, group epoch bump, member joined, member updated, member left, target assignment, member target,
 -- member assignment, member assignment removed, topic metadata, other record types by name.
 --
 -- Parameters:
@@ -31,7 +31,9 @@ WITH records AS (
                ORDER BY m.offset) AS previous_generation,
            LAG(m.is_tombstone) OVER (
                PARTITION BY m.cluster_id, m.group_id, m.record_type, m.member_id
-               ORDER BY m.offset) AS previous_was_tombstone
+               ORDER BY m.offset) AS previous_was_tombstone,
+           LEAD(m.record_type) OVER (
+               PARTITION BY m.cluster_id, m.group_id ORDER BY m.offset) AS next_record_type
     FROM group_metadata m
     WHERE (:group_id IS NULL OR m.group_id = :group_id)
       AND (:cluster_id IS NULL OR m.cluster_id = :cluster_id)
@@ -99,6 +101,8 @@ member_delta AS (
 )
 SELECT r.cluster_id, r.group_id, r.event_time,
        CASE
+           WHEN r.record_type = 2 AND r.is_tombstone AND r.next_record_type BETWEEN 3 AND 8
+                THEN 'group converted'
            WHEN r.record_type = 2 AND r.is_tombstone THEN 'group deleted'
            WHEN r.record_type = 2 AND r.generation = 0 THEN 'group created'
            WHEN r.record_type = 2 AND r.generation = r.previous_generation

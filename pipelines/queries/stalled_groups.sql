@@ -6,8 +6,8 @@
 -- defaults to the newest record the lake holds for the cluster, not the wall clock, so a lake
 -- whose ingestion paused does not make every group look stalled; pass the current time to
 -- ask "as of now". group_state/partitions are the groups' current state (consumer_groups,
--- committed_offsets); a group that no longer exists (deleted, or its offsets gone) has a null
--- group_state and is only listed with :include_deleted.
+-- committed_offsets); a group the lake no longer holds (DeleteGroups, or a simple group whose
+-- offsets were all removed) has a null group_state and is only listed with :include_deleted.
 --
 -- Parameters:
 --   :idle_hours       double     1.0    stalled = no commit for longer than this before :as_of

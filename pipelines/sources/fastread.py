@@ -46,7 +46,6 @@ I/O; the numpy part is ~0.2 us/record.
 
 from __future__ import annotations
 
-import logging
 import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
@@ -68,25 +67,32 @@ from .segments import (
     SegmentFile,
     _decode_v2_batch,
     _slow_step,
-    find_segments,
     parse_segment_name,
     partition_of_dir,
 )
 from .segments import log as _seg_log
 
-__all__ = ["fold_arrow", "read_arrow", "read_file_arrow", "read_segments_arrow"]
+__all__ = ["bytes_to_arrow", "fold_arrow", "read_file_arrow", "read_segments_arrow"]
 
 #: Bytes of segment data processed together: large enough to amortise numpy's per-call cost
 #: over many small files, small enough to bound memory for 1 GiB segments.
 GROUP_BYTES = 8 << 20
 # base offset, length, magic, crc, lastOffsetDelta of a v2 header in one unpack
 _WALK = struct.Struct(">qi4xbI2xi")
-_PAD = bytes(16)  # varint reads look up to 8 bytes past a (clamped) position
+# Padding after the group buffer: varint reads look up to 8 bytes past a (clamped) position,
+# and the 61-byte header window view needs a buffer at least that long even when empty.
+_PAD = bytes(64)
 _ATTR_NOT_FAST = 0x07 | 0x20  # compressed or control: decoded by the exact path
 _LIMIT = 1 << 62  # |base offset|, |base timestamp| bound: sums with deltas cannot overflow
 _FEW_ROUNDS = 16  # after this many record rounds, stragglers go to the exact decoder...
 _FEW_BATCHES = 16  # ...when fewer than this many batches are still active
 _TS_TYPE = RAW_ARROW_SCHEMA.field("timestamp").type
+_NUMPY_TYPES = {
+    np.int8: pa.int8(),
+    np.int16: pa.int16(),
+    np.int32: pa.int32(),
+    np.int64: pa.int64(),
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,10 +134,15 @@ class _Part:
     walked: int = 0  # bytes of the file this walk advanced over
 
 
+def _file(data: bytes, path: str, offsets_partition: int, base_offset: int) -> _File:
+    if not isinstance(data, bytes):
+        data = bytes(data)  # slices of bytearray/mmap would not be bytes
+    return _File(path, offsets_partition, data, memoryview(data), 0, base_offset)
+
+
 def _open(segment: SegmentFile, offsets_partition: int | None) -> _File:
-    data = segment.path.read_bytes()
     part = segment.offsets_partition if offsets_partition is None else offsets_partition
-    return _File(str(segment.path), part, data, memoryview(data), 0, segment.base_offset)
+    return _file(segment.path.read_bytes(), str(segment.path), part, segment.base_offset)
 
 
 def _walk(f: _File, stop: int) -> _Part:
@@ -199,8 +210,17 @@ def _walk(f: _File, stop: int) -> _Part:
 # The header fields the Arrow view needs, as big-endian fields of one 61-byte record.
 _HEADER_DTYPE = np.dtype(
     {
-        "names": ["base", "length", "leader_epoch", "attrs", "base_ts", "max_ts", "pid",
-                  "epoch", "count"],
+        "names": [
+            "base",
+            "length",
+            "leader_epoch",
+            "attrs",
+            "base_ts",
+            "max_ts",
+            "pid",
+            "epoch",
+            "count",
+        ],
         "formats": [">i8", ">i4", ">i4", ">i2", ">i8", ">i8", ">i8", ">i2", ">i4"],
         "offsets": [0, 8, 12, 21, 27, 35, 43, 51, 57],
         "itemsize": _V2_HEADER,
@@ -321,6 +341,38 @@ def _parse_records(
     return out
 
 
+def _arrow(values: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
+    """Zero-copy Arrow array of a numpy array (bool: bit-packed), nulls where ``null``.
+
+    ``pa.array(ndarray)`` would do, but its first call imports pandas (~0.5 s), a cost the
+    first read of every process would pay.
+    """
+    values = np.ascontiguousarray(values)
+    if values.dtype == np.bool_:
+        data = pa.py_buffer(np.packbits(values, bitorder="little"))
+        typ = pa.bool_()
+    else:
+        data = pa.py_buffer(values)
+        typ = _NUMPY_TYPES[values.dtype.type]
+    validity = None
+    if null is not None and null.any():
+        validity = pa.py_buffer(np.packbits(~null, bitorder="little"))
+    return pa.Array.from_buffers(typ, values.size, [validity, data])
+
+
+def _bytes_array(values: Sequence[bytes | None], typ: pa.DataType) -> pa.Array:
+    """``pa.binary``/``pa.string`` array of a short Python list, without ``pa.array``."""
+    lens = np.fromiter((-1 if v is None else len(v) for v in values), np.int64, len(values))
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum(np.maximum(lens, 0), out=offsets[1:])
+    data = b"".join(v for v in values if v is not None)
+    null = lens < 0
+    validity = pa.py_buffer(np.packbits(~null, bitorder="little")) if null.any() else None
+    return pa.Array.from_buffers(
+        typ, len(values), [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+
+
 def _binary(
     buf: bytes,
     starts: np.ndarray,
@@ -349,7 +401,7 @@ def _binary(
     )
     valid = lens >= 0
     idx = np.arange(1, 2 * m, 2, dtype=np.int64)
-    arr = view.take(pa.array(idx, mask=~valid) if not valid.all() else pa.array(idx))
+    arr = view.take(_arrow(idx, ~valid))
     if large:
         arr = arr.cast(pa.binary())
     if not extra:
@@ -361,16 +413,14 @@ def _binary(
     rest = np.ones(n, dtype=bool)
     rest[fast_rows] = False
     perm[rest] = np.arange(m, n, dtype=np.int64)
-    both = pa.concat_arrays([arr, pa.array(extra, pa.binary())])
-    return both.take(pa.array(perm))
+    both = pa.concat_arrays([arr, _bytes_array(extra, pa.binary())])
+    return both.take(_arrow(perm))
 
 
 def _strings(values: list[str], codes: np.ndarray) -> pa.Array:
     """String column from per-row codes into ``values`` (code -1 = null)."""
-    table = pa.array(values, pa.string())
-    if codes.size and codes.min() < 0:
-        return table.take(pa.array(codes, mask=codes < 0))
-    return table.take(pa.array(codes))
+    table = _bytes_array([v.encode("utf-8") for v in values], pa.string())
+    return table.take(_arrow(codes, codes < 0))
 
 
 def _build(
@@ -422,8 +472,10 @@ def _build(
     ok = (
         (attrs & _ATTR_NOT_FAST == 0)
         & (count >= 0)
-        & (np.abs(base) < _LIMIT)
-        & (np.abs(base_ts) < _LIMIT)
+        & (base > -_LIMIT)  # not np.abs: abs(INT64_MIN) wraps to a negative number
+        & (base < _LIMIT)
+        & (base_ts > -_LIMIT)
+        & (base_ts < _LIMIT)
         & ((count > 0) | (bstart == bend))
     )
     rounds = _parse_records(u, bstart, bend, count, ok)
@@ -471,7 +523,7 @@ def _build(
             file_names.append(p.file.path)
         partitions[i] = p.file.partition
 
-    def per_batch(fast_values: np.ndarray, attr: str, dtype: type) -> np.ndarray:
+    def per_batch(fast_values: np.ndarray, attr: str, dtype: type[np.generic]) -> np.ndarray:
         col = np.empty(nb, dtype=dtype)
         col[fast_ord] = fast_values
         if exact:
@@ -486,9 +538,7 @@ def _build(
     part_col[fast_ord] = partitions[part_of]
     if exact:
         comp_code = {"none": 0}
-        comp[ex_ord] = [
-            comp_code.setdefault(b.compression, len(comp_code)) for b in ex_batches
-        ]
+        comp[ex_ord] = [comp_code.setdefault(b.compression, len(comp_code)) for b in ex_batches]
         comp_names = list(comp_code)
         source[ex_ord] = [file_code[b.source] for b in ex_batches]
         part_col[ex_ord] = [b.offsets_partition for b in ex_batches]
@@ -498,7 +548,9 @@ def _build(
         "producer_epoch": per_batch(hdr["epoch"], "producer_epoch", np.int16),
         "is_transactional": per_batch((attrs & 0x10) != 0, "is_transactional", np.bool_),
         "is_control": per_batch(np.zeros(fast_ord.size, bool), "is_control", np.bool_),
-        "partition_leader_epoch": per_batch(hdr["leader_epoch"], "partition_leader_epoch", np.int32),
+        "partition_leader_epoch": per_batch(
+            hdr["leader_epoch"], "partition_leader_epoch", np.int32
+        ),
         "magic": per_batch(np.full(fast_ord.size, 2, np.int8), "magic", np.int8),
         "batch_base_offset": per_batch(base, "base_offset", np.int64),
         "crc_valid": per_batch(np.ones(fast_ord.size, bool), "crc_valid", np.bool_),
@@ -522,7 +574,7 @@ def _build(
         rows = row_start[fast_ord[cand]] + cat(rounds.k)
         offset[rows] = base[cand] + cat(rounds.off_delta)
         timestamp[rows] = np.where(
-            attrs[cand] & 0x08, max_ts[cand], base_ts[cand] + cat(rounds.ts_delta)
+            attrs[cand] & 0x00, max_ts[cand], base_ts[cand] + cat(rounds.ts_delta)
         )
         if exact or len(rounds.batch) > 1:  # rounds are interleaved: scatter to row order
             is_fast = np.zeros(nrows, dtype=bool)
@@ -555,7 +607,8 @@ def _build(
         ex_rows += np.arange(ex_rows.size, dtype=np.int64)
         recs = [r for _, _, rs in exact for r in rs]
         offset[ex_rows] = [r[0] for r in recs]
-        timestamp[ex_rows] = [r[1] for r in recs]
+        # negative = no timestamp (null), whatever its magnitude, as batches_to_arrow has it
+        timestamp[ex_rows] = [r[1] if r[1] >= 0 else -1 for r in recs]
         keys_extra = [r[3] for r in recs]
         values_extra = [r[4] for r in recs]
         codes: dict[str, int] = {}
@@ -567,9 +620,9 @@ def _build(
     cols: dict[str, pa.Array] = {
         "cluster_id": pa.nulls(nrows, pa.string())
         if cluster_id is None
-        else pa.repeat(pa.scalar(cluster_id, pa.string()), nrows),
-        "offset": pa.array(offset),
-        "timestamp": pa.array(timestamp, type=_TS_TYPE, mask=timestamp < 0),
+        else _strings([cluster_id], np.zeros(nrows, dtype=np.int32)),
+        "offset": _arrow(offset),
+        "timestamp": _arrow(timestamp, timestamp < 0).view(_TS_TYPE),
         "key": _binary(buf, key_start, key_len, keys_extra, fast_rows),
         "value": _binary(buf, value_start, value_len, values_extra, fast_rows),
         "control_type": _strings(control_names, control)
@@ -579,7 +632,7 @@ def _build(
         "source": _strings(file_names, source[row_batch]),
     }
     for name, values in batch_cols.items():
-        cols[name] = pa.array(values[row_batch])
+        cols[name] = _arrow(values[row_batch])
     arrays = [cols[f.name].cast(f.type) for f in RAW_ARROW_SCHEMA]
     return pa.RecordBatch.from_arrays(arrays, schema=RAW_ARROW_SCHEMA), ends
 
@@ -589,14 +642,11 @@ def _build(
 # --------------------------------------------------------------------------------------------
 
 
-def _groups(
-    segments: Iterable[SegmentFile], offsets_partition: int | None
-) -> Iterator[list[_Part]]:
+def _groups(files: Iterable[_File]) -> Iterator[list[_Part]]:
     """Walk files in order, cutting them into groups of about GROUP_BYTES."""
     group: list[_Part] = []
     size = 0
-    for seg in segments:
-        f = _open(seg, offsets_partition)
+    for f in files:
         while True:
             part = _walk(f, f.pos + max(GROUP_BYTES - size, 1))
             group.append(part)
@@ -610,23 +660,17 @@ def _groups(
         yield group
 
 
-def read_segments_arrow(
-    segments: Iterable[SegmentFile],
-    *,
-    cluster_id: str | None = None,
-    rows_per_batch: int = 65536,
-    offsets_partition: int | None = None,
-    problems: list[Problem] | None = None,
+def _chunks(
+    files: Iterable[_File],
+    cluster_id: str | None,
+    rows_per_batch: int,
+    problems: list[Problem] | None,
 ) -> Iterator[pa.RecordBatch]:
-    """RAW_ARROW_SCHEMA batches of ``segments`` read in the given order: the same rows and
-    chunk boundaries as ``batches_to_arrow(read_segment_file(s) for s in segments)``.
-
-    A chunk is cut after the first Kafka batch that brings it to ``rows_per_batch`` rows;
-    a chunk lying inside one group is a zero-copy slice of it.
-    """
+    """Decoded groups re-cut like batches_to_arrow: a chunk ends after the first Kafka batch
+    that brings it to ``rows_per_batch`` rows; a chunk inside one group is a zero-copy slice."""
     pending: list[pa.RecordBatch] = []
     have = 0
-    for group in _groups(segments, offsets_partition):
+    for group in _groups(files):
         rb, ends = _build(group, cluster_id, problems)
         if rb is None:
             continue
@@ -645,6 +689,36 @@ def read_segments_arrow(
             pending, have, start = [], 0, cut
     if pending:
         yield pa.concat_batches(pending) if len(pending) > 1 else pending[0]
+
+
+def read_segments_arrow(
+    segments: Iterable[SegmentFile],
+    *,
+    cluster_id: str | None = None,
+    rows_per_batch: int = 65536,
+    offsets_partition: int | None = None,
+    problems: list[Problem] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """RAW_ARROW_SCHEMA batches of ``segments`` read in the given order: the same rows, chunks
+    and Problems as ``batches_to_arrow(b for s in segments for b in read_segment_file(s))``."""
+    files = (_open(seg, offsets_partition) for seg in segments)
+    return _chunks(files, cluster_id, rows_per_batch, problems)
+
+
+def bytes_to_arrow(
+    data: bytes,
+    *,
+    path: str = "<memory>",
+    offsets_partition: int = -1,
+    base_offset: int = 0,
+    cluster_id: str | None = None,
+    rows_per_batch: int = 65536,
+    problems: list[Problem] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Segment bytes in memory as RAW_ARROW_SCHEMA batches; equal to
+    ``batches_to_arrow(decode_segment_bytes(data, ...), ...)``."""
+    files = [_file(data, path, offsets_partition, base_offset)]
+    return _chunks(files, cluster_id, rows_per_batch, problems)
 
 
 def _segment(segment: SegmentFile | str | os.PathLike[str]) -> SegmentFile:
@@ -673,27 +747,14 @@ def read_file_arrow(
     )
 
 
-def read_arrow(
-    *paths: str | os.PathLike[str],
-    cluster_id: str | None = None,
-    rows_per_batch: int = 65536,
-    problems: list[Problem] | None = None,
-) -> Iterator[pa.RecordBatch]:
-    """Every record under ``paths`` (data and control, no folding), in the order of
-    :func:`~pipelines.sources.segments.iter_batches`."""
-    segs = (seg for plog in find_segments(*paths) for seg in plog.segments)
-    return read_segments_arrow(
-        segs, cluster_id=cluster_id, rows_per_batch=rows_per_batch, problems=problems
-    )
-
-
 # --------------------------------------------------------------------------------------------
 # Transaction folding on Arrow
 # --------------------------------------------------------------------------------------------
 
 
-def _bools(table: pa.Table, name: str) -> np.ndarray:
-    return table.column(name).fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+def _bools(arr: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A boolean column as numpy, null = False."""
+    return arr.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
 
 
 def fold_arrow(
@@ -724,11 +785,11 @@ def fold_arrow(
     end = int(offset.max()) + 1 if n else 0
     if log_end_offset is not None:
         end = log_end_offset
-    is_control = _bools(table, "is_control")
-    data_txn = ~is_control & _bools(table, "is_transactional")
+    is_control = _bools(table.column("is_control"))
+    data_txn = ~is_control & _bools(table.column("is_transactional"))
     ctype = table.column("control_type")
-    is_abort = _bools_of(pc.equal(ctype, "ABORT"))
-    decisive = is_control & (is_abort | _bools_of(pc.equal(ctype, "COMMIT")))
+    is_abort = _bools(pc.equal(ctype, "ABORT"))
+    decisive = is_control & (is_abort | _bools(pc.equal(ctype, "COMMIT")))
     producer = table.column("producer_id").fill_null(-1).to_numpy(zero_copy_only=False)
 
     drop = np.zeros(n, dtype=bool)
@@ -757,8 +818,4 @@ def fold_arrow(
             lso = int(offset[held[first]].min())
     if stop_at_lso:
         drop |= ~is_control & (offset >= lso)
-    return table.filter(pa.array(~drop)), lso
-
-
-def _bools_of(arr: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return arr.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    return table.filter(_arrow(~drop)), lso

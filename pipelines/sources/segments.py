@@ -92,11 +92,13 @@ __all__ = [
     "encode_control_batch",
     "encode_records",
     "find_segments",
+    "fold_arrow",
     "fold_transactions",
     "iter_batches",
     "parse_segment_name",
     "partition_of_dir",
     "read_arrow",
+    "read_file_arrow",
     "read_records",
     "read_segment_file",
     "records_to_arrow",
@@ -1146,11 +1148,38 @@ def read_arrow(
     rows_per_batch: int = 65536,
     problems: list[Problem] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Every record under ``paths`` (data and control, no folding) as RAW_ARROW_SCHEMA batches."""
-    return batches_to_arrow(
-        iter_batches(*paths, problems=problems),
+    """Every record under ``paths`` (data and control, no folding) as RAW_ARROW_SCHEMA batches,
+    in :func:`iter_batches` order.
+
+    Vectorized (:mod:`pipelines.sources.fastread`, ~6x faster): the same rows, chunk
+    boundaries and Problems as ``batches_to_arrow(iter_batches(*paths, problems=...))``.
+    """
+    from .fastread import read_segments_arrow
+
+    segs = (seg for plog in find_segments(*paths) for seg in plog.segments)
+    yield from read_segments_arrow(
+        segs, cluster_id=cluster_id, rows_per_batch=rows_per_batch, problems=problems
+    )
+
+
+def read_file_arrow(
+    segment: SegmentFile | str | os.PathLike[str],
+    *,
+    cluster_id: str | None = None,
+    offsets_partition: int | None = None,
+    rows_per_batch: int = 65536,
+    problems: list[Problem] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """One segment file as RAW_ARROW_SCHEMA batches (vectorized); equal to
+    ``batches_to_arrow(read_segment_file(segment, ...), ...)``."""
+    from .fastread import read_file_arrow as read
+
+    yield from read(
+        segment,
         cluster_id=cluster_id,
+        offsets_partition=offsets_partition,
         rows_per_batch=rows_per_batch,
+        problems=problems,
     )
 
 
@@ -1234,6 +1263,20 @@ def fold_transactions(
     lso = min(first_open.values(), default=end)
     kept: list[Record] = [r for r in out if r is not None and (not stop_at_lso or r.offset < lso)]
     return FoldResult(kept, held_back, aborted, markers, lso)
+
+
+def fold_arrow(
+    table: pa.Table | pa.RecordBatch,
+    *,
+    stop_at_lso: bool = False,
+    log_end_offset: int | None = None,
+) -> tuple[pa.Table, int]:
+    """:func:`fold_transactions` on RAW_ARROW_SCHEMA rows of one partition, vectorized:
+    (data kept plus markers, in log order; last stable offset). See
+    :func:`pipelines.sources.fastread.fold_arrow` for the one difference (log end offset)."""
+    from .fastread import fold_arrow as fold
+
+    return fold(table, stop_at_lso=stop_at_lso, log_end_offset=log_end_offset)
 
 
 # --------------------------------------------------------------------------------------------
