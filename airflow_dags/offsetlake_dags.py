@@ -252,9 +252,17 @@ def cli_args(c: Cluster, task: str) -> str:
     return " ".join(parts)
 
 
+def _spark_submit(c: Cluster) -> str:
+    """The configured spark-submit, else the one beside ``python`` (pip's pyspark), else PATH's."""
+    if c.spark.get("spark_submit"):
+        return str(c.spark["spark_submit"])
+    beside = Path(c.python).with_name("spark-submit")
+    return str(beside) if beside.exists() else "spark-submit"
+
+
 def _spark_submit_prefix(c: Cluster, task: str) -> list[str]:
     s = c.spark
-    cmd = [s.get("spark_submit") or "spark-submit", "--master", s.get("master") or "local[2]"]
+    cmd = [_spark_submit(c), "--master", s.get("master") or "local[2]"]
     if s.get("deploy_mode"):
         cmd += ["--deploy-mode", s["deploy_mode"]]
     cmd += ["--name", f"offsetlake-{task}-{c.cluster_id}"]
@@ -290,12 +298,16 @@ def task_env(c: Cluster) -> dict[str, str]:
     """Environment of every task: the params (rendered per run) and the cluster's ``env``."""
     env = {var: f"{{{{ params.{param} if params.{param} is not none else '' }}}}"
            for param, var in PARAM_ENV.items()}
-    return {**c.env, **env}
+    local: dict[str, str] = {}
+    if c.runner == "spark-submit" and str(c.spark.get("master") or "local").startswith("local"):
+        # spark-submit starts the driver with python3 from PATH otherwise (PLATFORM.md)
+        local = {"PYSPARK_PYTHON": c.python, "PYSPARK_DRIVER_PYTHON": c.python}
+    return {**local, **c.env, **env}
 
 
 def operator_kwargs(c: Cluster, task: str) -> dict[str, Any]:
     """SparkSubmitOperator arguments equivalent to the spark-submit runner's command line
-    (master and deploy mode come from the operator's Spark connection there)."""
+    (the master comes from the operator's Spark connection, ``spark.conn_id``)."""
     args: list[str] = []
     for flag, param, optional in _flags(c, task):
         if not optional or getattr(c, param):
@@ -348,7 +360,10 @@ def _task(c: Cluster, task_id: str, command: str) -> BashOperator:
 
 def build_dag(c: Cluster) -> DAG:
     """``[demo_data ->] ingest -> snapshot -> reconcile -> maintain`` for one cluster."""
-    runtime = sum(t["timeout_minutes"] for t in c.tasks.values())
+    # worst case: every try of every task times out, with the longest retry delays between
+    tasks = [t for name, t in c.tasks.items() if c.demo or name != "demo_data"]
+    runtime = sum(t["timeout_minutes"] * (t["retries"] + 1)
+                  + t["retries"] * MAX_RETRY_DELAY.total_seconds() / 60 for t in tasks)
     with DAG(
         dag_id=c.dag_id,
         description=c.description or f"offsetlake pipeline of cluster {c.cluster_id}",

@@ -3,7 +3,9 @@
 Why: the issue asks for >= 300k offset-commit records/s decoded on one core, reading included.
 This script measures, in one process and on the same key/value bytes:
 
-* read: segment files -> Arrow batches of the raw schema (``pipelines.sources.segments``);
+* read: segment files -> Arrow batches of the raw schema (``pipelines.sources.segments``):
+  ``read_arrow`` (vectorized, ``pipelines.sources.fastread``), and for comparison the
+  record-object path it replaced (``batches_to_arrow(iter_batches(...))``, same output);
 * baseline: ``decode_record`` called once per record (the naive approach);
 * vectorized: ``decode_batch`` (offset commits vectorized, other record types deferred), and
   the complete decode: vectorized + ``decode_record`` for the deferred rows.
@@ -125,7 +127,13 @@ def read_corpus(corpus: Path, repeat: int, rows_per_batch: int) -> tuple[list[Ro
     """Read every segment under ``corpus`` into raw-schema Arrow batches (timed), and, for
     comparison, into just the key/value/is_control columns the decoder needs."""
     try:
-        from pipelines.sources.segments import find_segments, read_arrow, read_segment_file
+        from pipelines.sources.segments import (
+            batches_to_arrow,
+            find_segments,
+            iter_batches,
+            read_arrow,
+            read_segment_file,
+        )
     except ImportError as exc:
         raise SystemExit(
             f"pipelines.sources.segments is not available ({exc}); use --synthetic N"
@@ -152,7 +160,14 @@ def read_corpus(corpus: Path, repeat: int, rows_per_batch: int) -> tuple[list[Ro
         repeat, lambda: list(read_arrow(corpus, rows_per_batch=rows_per_batch))
     )
     lean_seconds, lean_batch = best_of(repeat, lean)
+    exact_seconds, exact = best_of(
+        repeat,
+        lambda: list(batches_to_arrow(iter_batches(corpus), rows_per_batch=rows_per_batch)),
+    )
     data = _from_batches(batches)
+    if sum(b.num_rows for b in exact) != len(data.keys):
+        log.warning("record-object path found %d records, read_arrow %d",
+                    sum(b.num_rows for b in exact), len(data.keys))
     if lean_batch.num_rows != len(data.keys):
         log.warning("lean read found %d records, read_arrow %d", lean_batch.num_rows,
                     len(data.keys))
@@ -161,6 +176,7 @@ def read_corpus(corpus: Path, repeat: int, rows_per_batch: int) -> tuple[list[Ro
     return [
         Row("read: segments.read_arrow (raw schema)", len(data.keys), seconds, c),
         Row("read: read_segment_file -> key/value only", lean_batch.num_rows, lean_seconds, c),
+        Row("read: record objects -> Arrow (before)", len(data.keys), exact_seconds, c),
     ], data, what
 
 
@@ -330,14 +346,17 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{vec.commit_rate / base_c.commit_rate:,.1f}x")
     print(f"speed-up on all records (complete decode): {vec_all.rate / base_all.rate:,.1f}x")
     if not args.synthetic:
-        read, lean = rows[0], rows[1]
+        read, lean, before = rows[0], rows[1], rows[2]
         e2e = c / (read.seconds + vec.seconds)
+        e2e_before = c / (before.seconds + vec.seconds)
         base_e2e = c / (read.seconds + c / base_c.commit_rate)
         e2e_lean = c / (lean.seconds + vec.seconds)
         print(f"read_arrow + vectorized decode: {e2e:,.0f} offset commits/s on one core "
               f"(read_arrow + per-row baseline: {base_e2e:,.0f}); reading is "
               f"{100 * read.seconds / (read.seconds + vec.seconds):.0f}% of the time")
         print(f"key/value-only read + vectorized decode: {e2e_lean:,.0f} offset commits/s")
+        print(f"record-object read (before) + vectorized decode: {e2e_before:,.0f} offset "
+              f"commits/s; read_arrow is {before.seconds / read.seconds:,.1f}x faster")
         print(f"goal >= {GOAL:,} offset commits/s (read + decode, one core): "
               f"{'met' if e2e >= GOAL else 'NOT met'} with read_arrow, "
               f"{'met' if e2e_lean >= GOAL else 'NOT met'} with the key/value-only read")

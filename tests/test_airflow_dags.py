@@ -113,7 +113,8 @@ def test_config_file_override_and_spark_submit_runner(tmp_path: Path,
         {"cluster_id": "prod-1", "source": "kafka", "bootstrap_servers": "b1:9092,b2:9092",
          "lake": "${OFFSETLAKE_TEST_LAKES}/prod-1", "runner": "spark-submit",
          "schedule": "*/30 * * * *", "kafka_options": {"security.protocol": "SSL"},
-         "spark": {"master": "yarn", "deploy_mode": "client", "conf": {"spark.executor.memory": "2g"}},
+         "spark": {"master": "yarn", "deploy_mode": "client", "spark_submit": "/opt/spark/bin/spark-submit",
+                   "conf": {"spark.executor.memory": "2g"}},
          "tasks": {"ingest": {"timeout_minutes": 90, "retries": 4}}},
         {"cluster_id": "audit", "source": "segments", "segments_path": "data/segments",
          "recorded": "data/live", "lake": "${OFFSETLAKE_UNSET_VAR:-lakes}/audit"},
@@ -128,13 +129,14 @@ def test_config_file_override_and_spark_submit_runner(tmp_path: Path,
     ingest = prod.get_task("ingest")
     assert (ingest.retries, ingest.execution_timeout.total_seconds()) == (4, 90 * 60)
     assert ingest.bash_command.startswith(
-        "spark-submit --master yarn --deploy-mode client --name offsetlake-ingest-prod-1 "
+        "/opt/spark/bin/spark-submit --master yarn --deploy-mode client --name offsetlake-ingest-prod-1 "
         f"--conf spark.executor.memory=2g {REPO}/jobs/ingest.py --source \"$OFFSETLAKE_SOURCE\"")
     assert "--kafka-option security.protocol=SSL" in ingest.bash_command
     snapshot = prod.get_task("snapshot").bash_command
     assert f"{REPO}/jobs/snapshot.py" in snapshot and "--recorded" not in snapshot
     assert '--bootstrap-servers "$OFFSETLAKE_BOOTSTRAP_SERVERS"' in snapshot
     assert prod.params.dump()["lake"] == f"{tmp_path}/lakes/prod-1"
+    assert "PYSPARK_PYTHON" not in ingest.env  # the cluster's Python is not this worker's
 
     audit = bag.dags["offsetlake_audit"].params.dump()  # relative paths: the config's folder
     assert (audit["segments_path"], audit["recorded"], audit["lake"]) == (
@@ -147,6 +149,15 @@ def test_config_file_override_and_spark_submit_runner(tmp_path: Path,
     assert kwargs["application_args"][:2] == ["--source", "{{ params.source }}"]
     assert "--path" not in kwargs["application_args"]  # optional flag, unset for kafka
     assert kwargs["conf"] == {"spark.executor.memory": "2g"} and kwargs["deploy_mode"] == "client"
+
+    local = module.load_clusters(write_config(tmp_path / "local.json", [
+        {"cluster_id": "l", "source": "segments", "segments_path": "s", "recorded": "r",
+         "lake": "l", "runner": "spark-submit"}]))[0]
+    command = module.task_command(local, "maintain")  # pip's pyspark ships spark-submit
+    assert command.startswith(f"{Path(sys.executable).with_name('spark-submit')} --master 'local[2]' ")
+    assert command.endswith(f'{REPO}/jobs/maintain.py --lake "$OFFSETLAKE_LAKE" '
+                            '--retention-hours "$OFFSETLAKE_RETENTION_HOURS"')
+    assert module.task_env(local)["PYSPARK_PYTHON"] == sys.executable
 
 
 def test_task_arguments_split_like_the_cli_expects(tmp_path: Path,

@@ -22,7 +22,9 @@ travel that audits rely on ("what did the lake say when reconcile X ran?"), so:
 * row counts are compared before/after every table; a difference is an error.
 
 Delta transactions (the exactly-once ``(app_id, batch_id)`` markers) are kept by all of
-these operations, so ingest replays after maintenance are still recognised.
+these operations, so ingest replays after maintenance are still recognised. Run it while
+no MERGE-ing writer is active (the Airflow DAG runs it after ingest): delta-rs compaction
+and a concurrent merge conflict and one of them fails (concurrent appends are fine).
 
 Public API: :func:`maintain` (the CLI's ``maintain``), :func:`find_tables`,
 :class:`MaintenanceError`, :data:`MIN_RETENTION_HOURS`, :data:`DEFAULT_RETENTION_HOURS`.

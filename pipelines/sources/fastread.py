@@ -574,7 +574,7 @@ def _build(
         rows = row_start[fast_ord[cand]] + cat(rounds.k)
         offset[rows] = base[cand] + cat(rounds.off_delta)
         timestamp[rows] = np.where(
-            attrs[cand] & 0x00, max_ts[cand], base_ts[cand] + cat(rounds.ts_delta)
+            attrs[cand] & 0x08, max_ts[cand], base_ts[cand] + cat(rounds.ts_delta)
         )
         if exact or len(rounds.batch) > 1:  # rounds are interleaved: scatter to row order
             is_fast = np.zeros(nrows, dtype=bool)
