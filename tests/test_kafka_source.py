@@ -9,9 +9,11 @@ from the real broker.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import os
+import struct
 import sys
 import tempfile
 import time
@@ -23,13 +25,18 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from pipelines.sources import kafka_fetch
+from pipelines.sources.fastread import bytes_to_arrow, read_segments_arrow
+from pipelines.sources.kafka_fetch import select_committed
 from pipelines.sources.kafka_source import (
     SOURCE_NAME,
     SPARK_ARROW_SCHEMA,
     SPARK_SCHEMA,
     KafkaDataLoss,
+    KafkaFetchError,
     KafkaReadTimeout,
     KafkaSourceConfigError,
+    KafkaTopicNotFound,
     KafkaUnreachable,
     SourceOptions,
     describe_topic,
@@ -40,9 +47,11 @@ from pipelines.sources.kafka_source import (
     spread_budget,
 )
 from pipelines.sources.raw import RAW_ARROW_SCHEMA
+from pipelines.sources.segments import find_segments
 from tests.support.fake_broker import (
     OFFSETS_TOPIC,
     FakeKafkaCluster,
+    FakePartition,
     control_batch,
     record_batch,
 )
@@ -345,3 +354,318 @@ def test_stream_unreachable_broker_fails_fast_with_one_line(spark: Any, tmp_path
     assert explain_failure(err.value) == (
         f"KafkaUnreachable: cannot reach broker(s) {UNREACHABLE} within 2s")
     assert elapsed < 20, f"took {elapsed:.1f}s"
+
+
+# ------------------------------------------------------------------------------- raw Fetch path
+
+#: Columns the Fetch path fills with include_batch_metadata, as the segment reader does.
+BATCH_FACTS = ("producer_id", "producer_epoch", "is_transactional", "is_control", "control_type",
+               "magic", "compression", "batch_base_offset", "crc_valid",
+               "partition_leader_epoch", "timestamp_type", "key", "value")
+
+
+@pytest.fixture(scope="module")
+def golden_segment_rows(scenario_a: Path) -> dict[tuple[int, int], dict[str, Any]]:
+    """(partition, offset) -> what the segment reader reports for every record of the golden
+    logs (aborted and control records included)."""
+    out = {}
+    for plog in find_segments(scenario_a / "segments"):
+        for batch in read_segments_arrow(plog.segments):
+            for row in batch.select(["offsets_partition", "offset", "timestamp",
+                                     *BATCH_FACTS]).to_pylist():
+                out[(row["offsets_partition"], row["offset"])] = row
+    return out
+
+
+def _txn_batches() -> list[bytes]:
+    """Offsets 0 plain | 1-2 producer 7, gzip | 3 producer 8 | 4 ABORT 7 | 5 COMMIT 8 |
+    6 producer 7 again | 7 COMMIT 7 | 8 plain."""
+    txn = {"producer_epoch": 0, "transactional": True}
+    return [record_batch([(b"plain-0", b"v")]),
+            record_batch([(b"aborted-1", b"x"), (b"aborted-2", b"y")], producer_id=7,
+                         compression_type=1, **txn),
+            record_batch([(b"committed-3", b"z")], producer_id=8, **txn),
+            control_batch(producer_id=7, commit=False),
+            control_batch(producer_id=8, commit=True),
+            record_batch([(b"committed-6", b"w")], producer_id=7, **txn),
+            control_batch(producer_id=7, commit=True),
+            record_batch([(b"plain-8", b"u")])]
+
+
+def _offsets(data: bytes) -> list[int]:
+    return [o for b in bytes_to_arrow(data) for o in b.column("offset").to_pylist()]
+
+
+def test_select_committed_applies_read_committed_like_the_java_consumer() -> None:
+    """Pure: the aborted (gzip) batch is dropped by producer id until the ABORT marker, a later
+    transaction of the same producer is kept, markers are kept only on request."""
+    log_ = FakePartition(OFFSETS_TOPIC, 0, leader=1)
+    for raw in _txn_batches():
+        log_.append(raw)
+    end = log_.high_watermark
+    raw = log_.read(0, end, 1 << 20, at_least_one=True)
+    aborted = log_.aborted_transactions(0, end)
+    assert aborted == [(7, 1)]
+
+    plain = select_committed(raw, 0, aborted, keep_control=False)
+    assert _offsets(plain.data) == [0, 3, 6, 8]
+    assert (plain.next_offset, plain.batches, plain.aborted_batches, plain.control_batches,
+            plain.partial_tail_bytes) == (9, 8, 1, 3, 0)
+    audit = pa.Table.from_batches(list(bytes_to_arrow(
+        select_committed(raw, 0, aborted, keep_control=True).data)))
+    assert audit.column("offset").to_pylist() == [0, 3, 4, 5, 6, 7, 8]
+    assert audit.column("control_type").to_pylist() == [
+        None, None, "ABORT", "COMMIT", None, "COMMIT", None]
+    assert _offsets(select_committed(raw, 0, [], keep_control=False).data) == [0, 1, 2, 3, 6, 8]
+    # a fetch from inside the aborted batch gets the whole batch back, and drops it
+    from_2 = log_.read(2, end, 1 << 20, at_least_one=True)
+    assert _offsets(select_committed(from_2, 2, log_.aborted_transactions(2, end),
+                                     keep_control=False).data) == [3, 6, 8]
+
+    # an incomplete last batch is left for the next fetch, not parsed
+    before_last = len(log_.read(0, 8, 1 << 20, at_least_one=True))
+    cut = select_committed(raw[:-10], 0, aborted, keep_control=False)
+    assert (_offsets(cut.data), cut.next_offset, cut.partial_tail_bytes) == (
+        [0, 3, 6], 8, len(raw) - 10 - before_last)
+    tiny = select_committed(raw[:11], 0, aborted, keep_control=False)
+    assert (tiny.data, tiny.next_offset, tiny.batches, tiny.partial_tail_bytes) == (b"", 0, 0, 11)
+    bad = bytearray(raw)
+    struct.pack_into(">i", bad, 8, -5)
+    with pytest.raises(KafkaFetchError, match="length -5"):
+        select_committed(bytes(bad), 0, aborted, keep_control=False)
+
+
+def test_fetch_path_drops_an_aborted_compressed_transaction() -> None:
+    with FakeKafkaCluster(num_brokers=1, max_lifetime_s=60) as kafka:
+        for raw in _txn_batches():
+            kafka.append_records(OFFSETS_TOPIC, 0, raw)
+        bootstrap = kafka.bootstrap_servers
+        plain_opts = SourceOptions.from_options({"bootstrap_servers": bootstrap})
+        audit_opts = SourceOptions.from_options({"bootstrap_servers": bootstrap,
+                                                 "include_batch_metadata": "true"})
+        plain = pa.Table.from_batches(list(read_partition(plain_opts, 0, 0, 9)))
+        audit = pa.Table.from_batches(list(read_partition(audit_opts, 0, 0, 9, cluster_id="c")))
+        from_2 = pa.Table.from_batches(list(read_partition(plain_opts, 0, 2, 9)))
+    assert plain.schema.equals(RAW_ARROW_SCHEMA)
+    assert plain.column("key").to_pylist() == [b"plain-0", b"committed-3", b"committed-6",
+                                               b"plain-8"]
+    assert set(plain.column("is_control").to_pylist()) == {False}
+    for hidden in ("producer_id", "is_transactional", "control_type", "compression"):
+        assert plain.column(hidden).null_count == plain.num_rows, hidden
+    assert from_2.column("offset").to_pylist() == [3, 6, 8]
+
+    assert audit.column("offset").to_pylist() == [0, 3, 4, 5, 6, 7, 8]
+    assert audit.column("producer_id").to_pylist() == [-1, 8, 7, 8, 7, 7, -1]
+    assert audit.column("is_transactional").to_pylist() == [False, *[True] * 5, False]
+    assert audit.column("is_control").to_pylist() == [False, False, True, True, False, True,
+                                                      False]
+    assert audit.column("control_type").to_pylist() == [
+        None, None, "ABORT", "COMMIT", None, "COMMIT", None]
+    assert set(audit.column("compression").to_pylist()) == {"none"}  # the gzip batch is gone
+    assert set(audit.column("source").to_pylist()) == {"kafka"}
+    assert set(audit.column("source_position").to_pylist()) == {-1}
+    assert set(audit.column("cluster_id").to_pylist()) == {"c"}
+
+
+def test_missing_topic_fails_with_one_line() -> None:
+    with FakeKafkaCluster(num_brokers=1, max_lifetime_s=60) as kafka:
+        with pytest.raises(KafkaTopicNotFound, match="topic no-such-topic not found"):
+            describe_topic(kafka.bootstrap_servers, topic="no-such-topic", timeout_s=5)
+        assert "no-such-topic" not in kafka.topics
+
+
+def _broker_style_read(self: FakePartition, fetch_offset: int, upper: int, max_bytes: int, *,
+                       at_least_one: bool) -> bytes:
+    """``FakePartition.read`` as a real broker slices its log: ``max_bytes`` of it, the last
+    batch cut wherever the budget ends (a whole first batch when it alone exceeds the budget)."""
+    out = bytearray()
+    i = bisect.bisect_left(self._last_offsets, fetch_offset)
+    while i < len(self._batches) and self._batches[i].base_offset < upper:
+        data = self._batches[i].data
+        room = max_bytes - len(out)
+        if len(data) > room:
+            out += data if not out and at_least_one else data[:room]
+            break
+        out += data
+        i += 1
+    return bytes(out)
+
+
+@pytest.mark.corpus
+def test_partial_batches_in_small_fetches_yield_everything_exactly_once(
+        golden_kafka: FakeKafkaCluster,
+        expected_read_committed: dict[tuple[int, int], dict[str, Any]],
+        golden_segment_rows: dict[tuple[int, int], dict[str, Any]],
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(FakePartition, "read", _broker_style_read)
+    tails: list[int] = []
+    real_select = kafka_fetch.select_committed
+
+    def counting(*args: Any, **kwargs: Any) -> kafka_fetch.CommittedBatches:
+        kept = real_select(*args, **kwargs)
+        tails.append(kept.partial_tail_bytes)
+        return kept
+
+    monkeypatch.setattr(kafka_fetch, "select_committed", counting)
+    opts = SourceOptions.from_options({
+        "bootstrap_servers": golden_kafka.bootstrap_servers, "include_batch_metadata": "true",
+        "kafka.max.partition.fetch.bytes": "1500", "arrow_batch_rows": "700",
+        "read_timeout_s": "30"})
+    lso = {p: golden_kafka.partition(OFFSETS_TOPIC, p).last_stable_offset for p in range(5)}
+    batches: list[pa.RecordBatch] = []
+    with caplog.at_level(logging.WARNING, logger="pipelines"):
+        for p in range(5):
+            batches += read_partition(opts, p, 0, lso[p])
+    table = pa.Table.from_batches(batches)
+    controls = table.column("is_control").to_pylist()
+    rows = _rows(table)
+    data = [r for r, c in zip(rows, controls, strict=True) if not c]
+    markers = [(r[0], r[1]) for r, c in zip(rows, controls, strict=True) if c]
+    assert len(data) == len(set(data)) and set(data) == _expected_rows(expected_read_committed)
+    want_markers = {k for k, r in golden_segment_rows.items() if r["is_control"] and k[1] < lso[k[0]]}
+    assert want_markers and len(markers) == len(set(markers)) and set(markers) == want_markers
+    assert sum(1 for t in tails if t) > 100, "the fetches should have ended mid-batch"
+    assert all(b.num_rows <= 700 for b in batches)
+    noise = [r.getMessage() for r in caplog.records
+             if r.levelno >= logging.WARNING and r.name.startswith("pipelines")]
+    assert noise == [], "a cut-off batch is not corruption"
+
+
+@pytest.mark.corpus
+def test_leader_move_mid_read_refreshes_metadata_and_resumes(
+        golden_kafka: FakeKafkaCluster,
+        expected_read_committed: dict[tuple[int, int], dict[str, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    part = golden_kafka.partition(OFFSETS_TOPIC, 2)
+    old, new = part.leader, next(b for b in golden_kafka.broker_ids if b != part.leader)
+    served: list[int] = []
+    real_read = FakePartition.read
+
+    def read(self: FakePartition, *args: Any, **kwargs: Any) -> bytes:
+        out = real_read(self, *args, **kwargs)
+        if self is part:
+            served.append(len(out))
+            if len(served) == 3:  # the pipelined next fetch already goes to the old leader
+                self.leader = new
+        return out
+
+    monkeypatch.setattr(FakePartition, "read", read)
+    opts = SourceOptions.from_options({"bootstrap_servers": golden_kafka.bootstrap_servers,
+                                       "kafka.max.partition.fetch.bytes": "65536",
+                                       "read_timeout_s": "30"})
+    table = pa.Table.from_batches(list(read_partition(opts, 2, 0, part.last_stable_offset)))
+    rows = _rows(table)
+    assert len(rows) == len(set(rows))
+    assert set(rows) == {r for r in _expected_rows(expected_read_committed) if r[0] == 2}
+    fetch_key = 1  # ApiKey.Fetch
+    by_broker = {b: sum(n for (node, api, _), n in golden_kafka.counts.items()
+                        if node == b and api == fetch_key) for b in (old, new)}
+    assert by_broker[old] >= 4 and by_broker[new] > 0, by_broker
+
+
+@pytest.mark.spark
+@pytest.mark.corpus
+@pytest.mark.slow
+def test_stream_with_batch_metadata_shows_markers_and_segment_facts(
+        spark: Any, golden_kafka: FakeKafkaCluster, tmp_path: Path,
+        expected_read_committed: dict[tuple[int, int], dict[str, Any]],
+        golden_segment_rows: dict[tuple[int, int], dict[str, Any]]) -> None:
+    """Through the streaming source: the data records a real read_committed consumer got, plus
+    every COMMIT/ABORT marker below the LSO, each row with the batch facts the segment reader
+    reports for that offset."""
+    kafka = golden_kafka
+    options = {"bootstrap_servers": kafka.bootstrap_servers, "max_records_per_batch": "5000",
+               "include_batch_metadata": "true", "connect_timeout_s": "5",
+               "read_timeout_s": "30"}
+    lso = {p: kafka.partition(OFFSETS_TOPIC, p).last_stable_offset for p in range(5)}
+    batches, query = _run_available_now(spark, options, tmp_path / "checkpoint")
+    assert len([b for b in batches if b[1].num_rows]) >= 3
+    table = pa.concat_tables([t for _, t in batches])
+    controls = table.column("is_control").to_pylist()
+    rows = _rows(table)
+    data = [r for r, c in zip(rows, controls, strict=True) if not c]
+    markers = [(r[0], r[1]) for r, c in zip(rows, controls, strict=True) if c]
+    assert len(data) == len(set(data)) and set(data) == _expected_rows(expected_read_committed)
+    want_markers = {k for k, r in golden_segment_rows.items() if r["is_control"] and k[1] < lso[k[0]]}
+    assert want_markers and len(markers) == len(set(markers)) and set(markers) == want_markers
+    assert _end_offsets(query) == {str(p): o for p, o in lso.items()}
+
+    for row in table.select(["offsets_partition", "offset", "timestamp", *BATCH_FACTS]).to_pylist():
+        key = (row["offsets_partition"], row["offset"])
+        want = golden_segment_rows[key]
+        assert {c: row[c] for c in ("timestamp", *BATCH_FACTS)} == {
+            c: want[c] for c in ("timestamp", *BATCH_FACTS)}, key
+    assert set(table.column("source").to_pylist()) == {"kafka"}
+    assert set(table.column("source_position").to_pylist()) == {-1}
+    assert set(table.column("cluster_id").to_pylist()) == {kafka.cluster_id}
+
+
+def _consumer_baseline(opts: SourceOptions, partition: int, start: int, end: int) -> int:
+    """The KafkaConsumer loop the Fetch path replaced (poll until the position reaches ``end``,
+    records into Arrow columns), kept as the throughput baseline. Returns the row count."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(**opts.consumer_config())
+    tp = TopicPartition(opts.topic, partition)
+    rows = 0
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        position = start
+        while position < end:
+            polled = consumer.poll(timeout_ms=1000, max_records=opts.arrow_batch_rows)
+            records = [r for r in polled.get(tp, ()) if r.offset < end]
+            if records:
+                batch = pa.RecordBatch.from_arrays(
+                    [pa.array([r.offset for r in records], pa.int64()),
+                     pa.array([r.timestamp for r in records], pa.int64()),
+                     pa.array([r.key for r in records], pa.binary()),
+                     pa.array([r.value for r in records], pa.binary())],
+                    names=["offset", "timestamp", "key", "value"])
+                rows += batch.num_rows
+            position = consumer.position(tp)
+    finally:
+        consumer.close(autocommit=False)
+    return rows
+
+
+@pytest.mark.slow
+def test_throughput_consumer_path_vs_fetch_path(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Prints records/s of both read paths on a ~200k-record demo log (no assertion on speed:
+    the fake broker shares this process and the machine is shared)."""
+    from pipelines.demo import generate_cluster
+
+    generate_cluster(tmp_path, scale=40, live=False)
+    logs = find_segments(tmp_path)
+    with FakeKafkaCluster(num_brokers=3, offsets_topic_partitions=len(logs),
+                          max_lifetime_s=600) as kafka:
+        for plog in logs:
+            kafka.load_segments(OFFSETS_TOPIC, plog.offsets_partition,
+                                [s.path for s in plog.segments])
+        ends = {pl.offsets_partition: kafka.partition(OFFSETS_TOPIC, pl.offsets_partition)
+                .last_stable_offset for pl in logs}
+        opts = SourceOptions.from_options({"bootstrap_servers": kafka.bootstrap_servers})
+
+        def fetch_rows(p: int, end: int) -> int:
+            return sum(b.num_rows for b in read_partition(opts, p, 0, end))
+
+        def consumer_rows(p: int, end: int) -> int:
+            return _consumer_baseline(opts, p, 0, end)
+
+        def timed(read: Any) -> tuple[int, float]:
+            read(0, min(ends[0], 100))  # warm-up: imports, first connections
+            started = time.perf_counter()
+            rows = sum(read(p, end) for p, end in ends.items())
+            return rows, time.perf_counter() - started
+
+        consumer_n, consumer_s = timed(consumer_rows)
+        fetch_n, fetch_s = timed(fetch_rows)
+    line = (f"throughput, {sum(ends.values())} offsets in {len(ends)} partitions, fake broker "
+            f"in-process: KafkaConsumer path {consumer_n / consumer_s:,.0f} records/s "
+            f"({consumer_s:.2f}s), Fetch path {fetch_n / fetch_s:,.0f} records/s "
+            f"({fetch_s:.2f}s), {consumer_s / fetch_s:.1f}x")
+    log.info(line)
+    with capsys.disabled():
+        print(f"\n{line}")
+    assert fetch_n == consumer_n > 150_000

@@ -1206,3 +1206,20 @@ def test_fold_arrow_open_and_interleaved_transactions(tmp_path: Path) -> None:
     assert lso == 8 and kept.column("offset").to_pylist() == [0, 1, 2, 4, 5, 6, 7, 10]
     empty, lso = seg.fold_arrow(table.slice(0, 0))
     assert empty.num_rows == 0 and lso == 0
+
+
+def test_unique_offsets_equals_log_records(public_corpus: Path) -> None:
+    """Partition directories holding several copies of a segment: the union by offset."""
+    from pipelines.sources.segment_source import log_records
+
+    overlapping = [pl for pl in find_segments(public_corpus) if len(pl.segments) > 1]
+    assert len(overlapping) > 10
+    deduplicated = 0
+    for plog in overlapping:
+        fast = list(fastread.read_segments_arrow(plog.segments, cluster_id="c"))
+        table = pa.Table.from_batches(fast, schema=RAW_ARROW_SCHEMA)
+        want = list(seg.records_to_arrow(log_records(plog.segments), cluster_id="c"))
+        union = fastread.unique_offsets(table)
+        assert union.equals(pa.Table.from_batches(want, schema=RAW_ARROW_SCHEMA)), plog.directory
+        deduplicated += union.num_rows < table.num_rows
+    assert deduplicated > 10

@@ -11,8 +11,8 @@ C-speed CRC32C per batch); everything else is numpy over all batches at once:
    at or above the floor, CRC32C valid). Whatever fails it goes through the exact
    ``_slow_step`` right there, so framing, resynchronisation, floors and Problems are the
    exact path's by construction;
-2. **headers**: one fancy-index gathers the 61 header bytes of every candidate batch; fields
-   are big-endian views of column slices;
+2. **headers**: one row gather through a sliding-window view copies the 61 header bytes of
+   every candidate batch; fields are big-endian views through a structured dtype;
 3. **records**: zig-zag varints (length, timestamp delta, offset delta, key and value
    lengths; attributes skipped; header count must be 0) are decoded for the k-th record of
    every batch at once, k = 0, 1, ... ("rounds"), with every check the exact decoder makes;
@@ -27,21 +27,27 @@ place, with its Problems. So the output equals ``batches_to_arrow(iter_batches(.
 row, chunk boundaries and Problems included (tests/test_segments.py checks this on every
 corpus file and on the corruption cases).
 
-Measured (``benchmarks/decode.py``, public corpus: 340 files, 171,764 records, 125,150
-batches; one pinned core of a shared 2-vCPU x86_64 box, CPython 3.11, pyarrow 26; best of 3
-per run, 3 runs):
+Measured with ``benchmarks/decode.py --repeat 3`` (best of 3 per stage; pinned to one core of
+a shared 2-vCPU x86_64 box with load average 2-5 from other work; CPython 3.11, pyarrow 26;
+three runs each):
 
-=========================================================  =================================
-stage                                                       records/s
-=========================================================  =================================
-``read_arrow`` before (record objects -> Python lists)      165-191k
-``read_arrow`` now (this module)                            1.05-1.19M
-read + vectorized offset-commit decode, now                 620-700k offset commits/s
-                                                            (before: 160-175k)
-=========================================================  =================================
+==========================================  ============================  ==================
+public corpus: 340 files, 171,764 records   before (record objects)       now
+in 125,150 batches
+==========================================  ============================  ==================
+``read_arrow``, records/s                   148k-191k                     833k-1.22M
+read + vectorized offset-commit decode,     140k-175k                     667k-911k
+offset commits/s (goal: 300k, one core)
+golden scenario-a ``read_arrow``, rec/s     179k-194k                     1.08M-1.15M
+==========================================  ============================  ==================
 
-About 60% of the remaining read time is the per-batch walk loop (~0.45 us/batch) and file
-I/O; the numpy part is ~0.2 us/record.
+Of the ~0.15 s the public corpus now takes, ~0.07 s is the walk (~0.5 us per batch: one
+unpack, one CRC32C), ~0.01 s reading the files, ~0.02 s ``find_segments``, ~0.06 s the numpy
+and Arrow work (~0.35 us per record).
+
+Also here: :func:`fold_arrow` (``fold_transactions`` on Arrow rows) and
+:func:`unique_offsets` (``segment_source.log_records`` on Arrow), so that
+``segment_source.read_range`` can run without record objects.
 """
 
 from __future__ import annotations
@@ -72,7 +78,13 @@ from .segments import (
 )
 from .segments import log as _seg_log
 
-__all__ = ["bytes_to_arrow", "fold_arrow", "read_file_arrow", "read_segments_arrow"]
+__all__ = [
+    "bytes_to_arrow",
+    "fold_arrow",
+    "read_file_arrow",
+    "read_segments_arrow",
+    "unique_offsets",
+]
 
 #: Bytes of segment data processed together: large enough to amortise numpy's per-call cost
 #: over many small files, small enough to bound memory for 1 GiB segments.
@@ -633,7 +645,8 @@ def _build(
     }
     for name, values in batch_cols.items():
         cols[name] = _arrow(values[row_batch])
-    arrays = [cols[f.name].cast(f.type) for f in RAW_ARROW_SCHEMA]
+    # every column is built with its schema type; from_arrays rejects any mismatch
+    arrays = [cols[f.name] for f in RAW_ARROW_SCHEMA]
     return pa.RecordBatch.from_arrays(arrays, schema=RAW_ARROW_SCHEMA), ends
 
 
@@ -819,3 +832,20 @@ def fold_arrow(
     if stop_at_lso:
         drop |= ~is_control & (offset >= lso)
     return table.filter(_arrow(~drop)), lso
+
+
+def unique_offsets(table: pa.Table | pa.RecordBatch) -> pa.Table:
+    """One partition's rows in offset order, each offset once, the first copy winning:
+    ``segment_source.log_records`` on Arrow, for partition directories holding overlapping
+    files (``.swap``/``.cleaned`` leftovers, copies of a segment taken at different times).
+    Rows already strictly increasing are returned as they are."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    offset = table.column("offset").to_numpy(zero_copy_only=False)
+    if offset.size < 2 or bool((offset[1:] > offset[:-1]).all()):
+        return table
+    order = np.argsort(offset, kind="stable")
+    ordered = offset[order]
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    return table.take(_arrow(order[first]))

@@ -39,8 +39,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from kafka import KafkaConsumer, TopicPartition
 from kafka import errors as kafka_errors
 from kafka.future import Future
@@ -65,7 +65,6 @@ from pipelines.sources.segments import Problem
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "DEFAULT_PARTITION_FETCH_BYTES",
     "FETCH_MAX_VERSION",
     "CommittedBatches",
     "KafkaWire",
@@ -80,10 +79,6 @@ FETCH_MIN_VERSION = 4
 LIST_OFFSETS_MIN_VERSION = 2
 READ_COMMITTED = 1
 
-#: Per-partition bytes per Fetch when ``kafka.max.partition.fetch.bytes`` is not set. Larger
-#: than the consumer's 1 MiB: one partition per request, so fewer round trips and fewer parser
-#: calls per record (measured in tests/test_kafka_source.py's throughput test).
-DEFAULT_PARTITION_FETCH_BYTES = 8 << 20
 #: Headroom of the response frame over the record bytes (headers, aborted-transaction lists).
 _FRAME_HEADROOM = 1 << 20
 
@@ -279,8 +274,7 @@ class KafkaWire:
         self.retry_backoff_s = float(setting("retry_backoff_ms")) / 1000
         self.fetch_max_bytes = int(setting("fetch_max_bytes"))
         self.fetch_max_wait_ms = int(setting("fetch_max_wait_ms"))
-        self.partition_fetch_bytes = int(config.get("max_partition_fetch_bytes",
-                                                    DEFAULT_PARTITION_FETCH_BYTES))
+        self.partition_fetch_bytes = int(setting("max_partition_fetch_bytes"))
         self.check_crcs = bool(setting("check_crcs", True))
         # The frame guard must admit a full response (KafkaConsumer raises it the same way).
         config["receive_message_max_bytes"] = max(
@@ -354,9 +348,12 @@ class KafkaWire:
         return value if isinstance(value, str) else None
 
     def refresh_metadata(self, timeout_ms: float | None = None) -> bool:
-        """Ask for fresh metadata and wait for it; False when that failed (logged)."""
+        """Send a Metadata request now and wait for it; False when that failed (logged).
+        Why not ``cluster.request_update()``: the refresh loop would wait out its backoff
+        first (100 ms), paid by every fresh client asking for its topic."""
         try:
-            self.wait(self._manager.cluster.request_update(), timeout_ms)
+            self.wait(self._manager.call_soon(self._manager.cluster.refresh_metadata),
+                      timeout_ms)
             return True
         except kafka_errors.KafkaError as exc:
             log.debug("metadata refresh failed: %r", exc)
@@ -367,12 +364,8 @@ class KafkaWire:
         cluster = self._manager.cluster
         found = cluster.partitions_for_topic(topic)
         if found is None:
-            future = (cluster.add_topic(topic) if topic not in cluster._topics
-                      else cluster.request_update())
-            try:
-                self.wait(future)
-            except kafka_errors.KafkaError as exc:
-                log.debug("metadata for %s: %r", topic, exc)
+            cluster.add_topic(topic)  # tracked from now on (the refresh loop keeps it fresh)
+            self.refresh_metadata()
             found = cluster.partitions_for_topic(topic)
         return None if found is None else sorted(found)
 
@@ -476,27 +469,67 @@ class KafkaWire:
 # --------------------------------------------------------------------------------------------
 
 
+def _numeric(values: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """Zero-copy Arrow array of a numpy array. Why not ``pa.array``/``pa.scalar``: their first
+    call imports pandas (~0.5 s), a cost every fresh Spark Python worker would pay."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(typ, values.size, [None, pa.py_buffer(values)])
+
+
+def _values(array: pa.Array, dtype: type[np.generic]) -> np.ndarray:
+    """The value buffer of a fixed-width Arrow array as numpy, zero-copy (``to_numpy`` would
+    import pandas, see _numeric)."""
+    if len(array) == 0:
+        return np.zeros(0, dtype=dtype)
+    width = np.dtype(dtype).itemsize
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array),
+                         offset=array.offset * width)
+
+
+def _nulls(array: pa.Array) -> np.ndarray:
+    """Null mask of an Arrow array as numpy bools."""
+    validity = array.buffers()[0]
+    if validity is None or array.null_count == 0:
+        return np.zeros(len(array), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+    return ~bits[array.offset:array.offset + len(array)].astype(bool)
+
+
+def _constant_string(value: str, n: int) -> pa.Array:
+    """``value`` repeated ``n`` times as a string array (built from buffers, see _numeric)."""
+    raw = value.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(raw))
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
+                                                  pa.py_buffer(raw * n)])
+
+
 def _shape(batch: pa.RecordBatch, low: int, high: int, *,
            batch_metadata: bool) -> pa.RecordBatch:
     """Parser rows -> the source's rows: offsets in ``[low, high)``; ``source`` "kafka" and
-    no byte position (they are positions in a response, not in a file); without
+    no byte position (they would be positions in a response, not in a file); without
     ``batch_metadata`` the consumer's view (batch facts null, ``timestamp_type`` -1 without a
-    timestamp)."""
+    timestamp, as kafka-python reported it)."""
+    offsets = _values(batch.column("offset"), np.int64)
+    if offsets.size and (offsets[0] < low or offsets[-1] >= high):
+        if offsets.size < 2 or bool(np.all(offsets[1:] > offsets[:-1])):  # log order: slice
+            first = int(np.searchsorted(offsets, low, "left"))
+            batch = batch.slice(first, int(np.searchsorted(offsets, high, "left")) - first)
+        else:  # only a damaged log could get here
+            keep = (offsets >= low) & (offsets < high)
+            batch = batch.take(_numeric(np.flatnonzero(keep).astype(np.int64), pa.int64()))
     n = batch.num_rows
-    offsets = batch.column("offset")
-    if n and (offsets[0].as_py() < low or offsets[n - 1].as_py() >= high):
-        batch = batch.filter(pc.and_(pc.greater_equal(offsets, low), pc.less(offsets, high)))
-        n = batch.num_rows
     replace: dict[str, pa.Array] = {
-        "source": pa.repeat(pa.scalar(SOURCE_LABEL, pa.string()), n),
-        "source_position": pa.repeat(pa.scalar(NO_POSITION, pa.int64()), n),
+        "source": _constant_string(SOURCE_LABEL, n),
+        "source_position": _numeric(np.full(n, NO_POSITION, dtype=np.int64), pa.int64()),
     }
     if not batch_metadata:
         for name in _BATCH_ONLY_COLUMNS:
             replace[name] = pa.nulls(n, RAW_ARROW_SCHEMA.field(name).type)
-        ts_type = batch.column("timestamp_type")
-        no_ts = pc.is_null(batch.column("timestamp"))
-        replace["timestamp_type"] = pc.if_else(no_ts, pa.scalar(-1, pa.int8()), ts_type)
+        no_ts = _nulls(batch.column("timestamp"))
+        if no_ts.any():
+            ts_type = _values(batch.column("timestamp_type"), np.int8)
+            replace["timestamp_type"] = _numeric(np.where(no_ts, -1, ts_type).astype(np.int8),
+                                                 pa.int8())
     arrays = [replace.get(f.name, batch.column(i)) for i, f in enumerate(RAW_ARROW_SCHEMA)]
     return pa.RecordBatch.from_arrays(arrays, schema=RAW_ARROW_SCHEMA)
 
@@ -732,27 +765,20 @@ class _RangeReader:
 
 
 def fetch_partition(opts: SourceOptions, partition: int, start: int, end: int, *,
-                    cluster_id: str | None = None,
-                    wire: KafkaWire | None = None) -> Iterator[pa.RecordBatch]:
+                    cluster_id: str | None = None) -> Iterator[pa.RecordBatch]:
     """Records of ``[start, end)`` of one partition as a read_committed consumer sees them
     (plus COMMIT/ABORT markers and batch facts with ``include_batch_metadata``), in
     RAW_ARROW_SCHEMA batches of ``arrow_batch_rows`` rows (the last one fewer).
 
     Stops when the fetch position reaches ``end``: the offsets before ``end`` may be markers or
     aborted batches that yield no row. No progress for ``read_timeout_s`` raises
-    :class:`KafkaReadTimeout`; offsets gone from the log follow ``fail_on_data_loss``. ``wire``
-    reuses a client (else one is opened and closed here)."""
+    :class:`KafkaReadTimeout`; offsets gone from the log follow ``fail_on_data_loss``."""
     if end <= start:
         return
     started = time.monotonic()
-    own = wire is None
-    client = KafkaWire(opts) if wire is None else wire
-    reader = _RangeReader(client, opts, partition, start, end, cluster_id)
-    try:
+    with KafkaWire(opts) as wire:
+        reader = _RangeReader(wire, opts, partition, start, end, cluster_id)
         yield from reader.batches()
-    finally:
-        if own:
-            client.close()
     s = reader.stats
     elapsed = time.monotonic() - started
     log.info("%s partition %d [%d, %d): %d rows in %.2fs (%.0f rows/s; %d fetches, %d bytes, "

@@ -55,8 +55,7 @@ Options (all strings, as Spark passes them):
                                ``kafka.security.protocol``, ``kafka.sasl.mechanism``,
                                ``kafka.sasl.plain.username``, ``kafka.ssl.cafile``; values are
                                coerced to the type of kafka-python's default. The Fetch path
-                               honours ``fetch.max.bytes``, ``max.partition.fetch.bytes``
-                               (default here 8 MiB, not 1 MiB: one partition per request),
+                               honours ``fetch.max.bytes``, ``max.partition.fetch.bytes``,
                                ``fetch.max.wait.ms``, ``retry.backoff.ms`` and ``check.crcs``
 =============================  ==============================================================
 

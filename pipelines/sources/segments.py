@@ -37,9 +37,11 @@ control batches
 
 (kafka-python = ``MemoryRecords``/``DefaultRecordBatch``/``LegacyRecordBatch`` with
 ``validate_crc()``.) Under load from other processes both fell by the same factor (e.g.
-356k vs 127k); the ratio stayed 2.1-2.8x. The Arrow view (:func:`read_arrow`, including file
-reads and column building) ran at ~130-185k rows/s on the public corpus and ~180-225k rows/s on
-the golden one under that load.
+356k vs 127k); the ratio stayed 2.1-2.8x. The Arrow view built from these record objects
+(:func:`batches_to_arrow`) runs at ~150-190k rows/s on the public corpus, so :func:`read_arrow`
+and :func:`read_file_arrow` use the vectorized reader of :mod:`pipelines.sources.fastread`
+instead (same output; ~0.8-1.2M rows/s), which falls back to the functions here for every
+batch it does not handle itself.
 
 So the hand-written parser is used; ``kafka.codec`` is reused for decompression only. The hot
 path works on one ``bytes`` object per file with ``Struct.unpack_from``, decodes one- and

@@ -94,7 +94,7 @@ def apply_state(engine: DeltaEngine, batch: HistoryBatch, app_id: str, batch_id:
         ev_groups = {(c, g) for c, evs in events.items() for g, _ in evs}
         open_rows = engine.read("group_generations", None,
                                 _group_filter(ev_groups) & pc.field("valid_to").is_null()).to_pylist()
-        names = _topic_names(records)
+        names = _topic_names(records, batch)
         rows = []
         for cluster_id, evs in sorted(events.items()):
             mine = [r for r in open_rows if r["cluster_id"] == cluster_id]
@@ -160,10 +160,15 @@ def _member_metadata(records: dict[tuple[str, str], list[LatestRecord]], cluster
     return out
 
 
-def _topic_names(records: dict[tuple[str, str], list[LatestRecord]]) -> dict[str, str]:
+def _topic_names(records: dict[tuple[str, str], list[LatestRecord]], batch: HistoryBatch) -> dict[str, str]:
+    """Topic id -> name from partition-metadata records (state and this batch, which may
+    tombstone them) and from 4.1+ offset commits, which carry both."""
     names = {}
-    for recs in records.values():
-        for r in recs:
-            if r.record_type in (4, 9, 18) and r.value:
-                names.update({t["topic_id"]: t["topic_name"] for t in r.value.get("topics") or ()})
+    latest = [r for recs in records.values() for r in recs] + [g.record for g in batch.group_records]
+    for r in latest:
+        if r.record_type in (4, 9, 18) and r.value:
+            names.update({t["topic_id"]: t["topic_name"] for t in r.value.get("topics") or ()})
+    commits = batch.offset_commits.select(["topic_id", "topic"]).filter(
+        pc.is_valid(batch.offset_commits.column("topic_id")))
+    names.update(zip(commits.column("topic_id").to_pylist(), commits.column("topic").to_pylist(), strict=True))
     return names
