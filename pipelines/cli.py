@@ -214,7 +214,7 @@ def _store_recorded(lake: Path, live_dir: Path, cluster_id: str, require_stable:
     offline audits and the demo reconcile against recorded answers exactly like live ones."""
     from pipelines.lake.engines import DeltaRsEngine
     from pipelines.reconcile.cluster import snapshot_from_recorded
-    from pipelines.reconcile.snapshot import store_snapshot
+    from pipelines.reconcile.snapshot import snapshot_summary, store_snapshot
 
     fetch = "offset_fetch_require_stable.json" if require_stable else "offset_fetch.json"
     missing = [name for name in ("list_groups.json", fetch) if not (live_dir / name).is_file()]
@@ -228,21 +228,7 @@ def _store_recorded(lake: Path, live_dir: Path, cluster_id: str, require_stable:
         raise UserError(str(exc)) from exc
     for problem in snapshot.errors:
         log.warning("recorded capture %s: %s", live_dir, problem)
-    return {
-        "cluster_id": cluster_id, "snapshot_id": snapshot.snapshot_id,
-        "captured_at": snapshot.captured_at.isoformat(), "source": snapshot.source,
-        "require_stable": snapshot.require_stable, "lake": str(engine.root),
-        "groups": len(snapshot.groups),
-        "groups_by_type_state": dict(Counter(f"{g.group_type}/{g.group_state}"
-                                             for g in snapshot.groups)),
-        "members": len(snapshot.members),
-        "offsets": sum(1 for r in snapshot.offsets if r.topic is not None),
-        "offset_errors": dict(Counter(r.error_name for r in snapshot.offsets if r.error_code)),
-        "offsets_partitions": len(snapshot.points),
-        "total_lag": sum(r.lag for r in snapshot.lag if r.lag is not None),
-        "rows_written": written, "already_stored": not any(written.values()),
-        "errors": list(snapshot.errors),
-    }
+    return snapshot_summary(snapshot, engine, cluster_id, written)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:

@@ -158,6 +158,12 @@ def take_snapshot(lake: str | Path, bootstrap_servers: str, *, cluster_id: str =
     snapshot = capture_snapshot(bootstrap_servers, require_stable=require_stable, **config)
     engine = engine or DeltaRsEngine(lake)
     written = store_snapshot(engine, snapshot, cluster_id)
+    return snapshot_summary(snapshot, engine, cluster_id, written)
+
+
+def snapshot_summary(snapshot: ClusterSnapshot, engine: DeltaEngine, cluster_id: str,
+                     written: dict[str, int]) -> dict[str, Any]:
+    """What a stored snapshot holds, for the CLI's JSON output."""
     lags = [r.lag for r in snapshot.lag if r.lag is not None]
     return {
         "cluster_id": cluster_id,
@@ -175,6 +181,7 @@ def take_snapshot(lake: str | Path, bootstrap_servers: str, *, cluster_id: str =
         "offsets_partitions": len(snapshot.points),
         "total_lag": sum(lags),
         "rows_written": written,
+        "already_stored": not any(written.values()),
         "errors": list(snapshot.errors),
     }
 

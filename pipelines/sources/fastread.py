@@ -36,7 +36,7 @@ public corpus: 340 files, 171,764 records   before (record objects)       now
 in 125,150 batches
 ==========================================  ============================  ==================
 ``read_arrow``, records/s                   148k-191k                     833k-1.22M
-read + vectorized offset-commit decode,     140k-175k                     667k-911k
+read + vectorized offset-commit decode,     140k-175k                     647k-911k
 offset commits/s (goal: 300k, one core)
 golden scenario-a ``read_arrow``, rec/s     179k-194k                     1.08M-1.15M
 ==========================================  ============================  ==================

@@ -34,7 +34,6 @@ import asyncio
 import bisect
 import collections
 import contextlib
-import copy
 import logging
 import struct
 import threading
@@ -53,7 +52,6 @@ from kafka.protocol.admin import (
     ListGroupsResponse,
 )
 from kafka.protocol.api_key import ApiKey
-from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -66,7 +64,6 @@ from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
 )
-from kafka.protocol.data_container import SlotsBuilder
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -75,7 +72,6 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
-from kafka.protocol.schemas import StructField
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 from kafka.record.util import calc_crc32c
@@ -108,90 +104,12 @@ _EARLIEST = -2
 # --------------------------------------------------------------------------------------
 
 
-class _InlineSchemaMessage(type(ApiMessage)):  # type: ignore[misc]
-    """Metaclass for an ApiMessage whose JSON schema is given inline as ``_schema``.
-
-    kafka-python's metaclass loads ``<ClassName>.json`` from its package resources; this one
-    builds the same StructField from a dict instead, and otherwise behaves identically (the
-    response class registers itself in kafka-python's response registry by api key).
-    """
-
-    def __new__(mcls, name, bases, attrs, **kw):
-        schema = attrs.pop("_schema", None)
-        if schema is None:
-            return super().__new__(mcls, name, bases, attrs, **kw)
-        attrs["_json"] = copy.deepcopy(schema)
-        attrs["_struct"] = StructField(attrs["_json"])
-        attrs["__license__"] = None
-        return SlotsBuilder.__new__(mcls, name, bases, attrs)
-
-
-def _cgd_topic_partitions() -> dict[str, Any]:
-    return {"name": "TopicPartitions", "type": "[]TopicPartitions", "versions": "0+", "fields": [
-        {"name": "TopicId", "type": "uuid", "versions": "0+"},
-        {"name": "TopicName", "type": "string", "versions": "0+"},
-        {"name": "Partitions", "type": "[]int32", "versions": "0+"},
-    ]}
-
-
-# From Apache Kafka clients/src/main/resources/common/message/ConsumerGroupDescribe*.json
-# (v0 = KIP-848, v1 adds MemberType, KIP-1099); common structs inlined.
-CONSUMER_GROUP_DESCRIBE_REQUEST_SCHEMA: dict[str, Any] = {
-    "apiKey": 69, "type": "request", "name": "ConsumerGroupDescribeRequest",
-    "validVersions": "0-1", "flexibleVersions": "0+", "fields": [
-        {"name": "GroupIds", "type": "[]string", "versions": "0+"},
-        {"name": "IncludeAuthorizedOperations", "type": "bool", "versions": "0+"},
-    ]}
-CONSUMER_GROUP_DESCRIBE_RESPONSE_SCHEMA: dict[str, Any] = {
-    "apiKey": 69, "type": "response", "name": "ConsumerGroupDescribeResponse",
-    "validVersions": "0-1", "flexibleVersions": "0+", "fields": [
-        {"name": "ThrottleTimeMs", "type": "int32", "versions": "0+"},
-        {"name": "Groups", "type": "[]DescribedGroup", "versions": "0+", "fields": [
-            {"name": "ErrorCode", "type": "int16", "versions": "0+"},
-            {"name": "ErrorMessage", "type": "string", "versions": "0+",
-             "nullableVersions": "0+", "default": "null"},
-            {"name": "GroupId", "type": "string", "versions": "0+"},
-            {"name": "GroupState", "type": "string", "versions": "0+"},
-            {"name": "GroupEpoch", "type": "int32", "versions": "0+"},
-            {"name": "AssignmentEpoch", "type": "int32", "versions": "0+"},
-            {"name": "AssignorName", "type": "string", "versions": "0+"},
-            {"name": "Members", "type": "[]Member", "versions": "0+", "fields": [
-                {"name": "MemberId", "type": "string", "versions": "0+"},
-                {"name": "InstanceId", "type": "string", "versions": "0+",
-                 "nullableVersions": "0+", "default": "null"},
-                {"name": "RackId", "type": "string", "versions": "0+",
-                 "nullableVersions": "0+", "default": "null"},
-                {"name": "MemberEpoch", "type": "int32", "versions": "0+"},
-                {"name": "ClientId", "type": "string", "versions": "0+"},
-                {"name": "ClientHost", "type": "string", "versions": "0+"},
-                {"name": "SubscribedTopicNames", "type": "[]string", "versions": "0+"},
-                {"name": "SubscribedTopicRegex", "type": "string", "versions": "0+",
-                 "nullableVersions": "0+", "default": "null"},
-                {"name": "Assignment", "type": "Assignment", "versions": "0+",
-                 "fields": [_cgd_topic_partitions()]},
-                {"name": "TargetAssignment", "type": "Assignment", "versions": "0+",
-                 "fields": [_cgd_topic_partitions()]},
-                {"name": "MemberType", "type": "int8", "versions": "1+", "default": "-1",
-                 "ignorable": True},
-            ]},
-            {"name": "AuthorizedOperations", "type": "int32", "versions": "0+",
-             "default": "-2147483648"},
-        ]},
-    ]}
-
-try:  # a later kafka-python may ship the class; prefer it then
-    from kafka.protocol.admin import (  # type: ignore[attr-defined]
-        ConsumerGroupDescribeRequest,
-        ConsumerGroupDescribeResponse,
-    )
-except ImportError:
-
-    class ConsumerGroupDescribeRequest(ApiMessage, metaclass=_InlineSchemaMessage):  # type: ignore[no-redef]
-        _schema = CONSUMER_GROUP_DESCRIBE_REQUEST_SCHEMA
-
-    class ConsumerGroupDescribeResponse(ApiMessage, metaclass=_InlineSchemaMessage):  # type: ignore[no-redef]
-        _schema = CONSUMER_GROUP_DESCRIBE_RESPONSE_SCHEMA
-
+# kafka-python 3.0.12 has no ConsumerGroupDescribe (KIP-848); the client module defines it
+# from Kafka's schema, and the fake broker answers with the very same classes.
+from pipelines.reconcile.cluster import (  # noqa: E402
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+)
 
 # --------------------------------------------------------------------------------------
 # Data model
