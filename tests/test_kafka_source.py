@@ -563,6 +563,24 @@ def test_leader_move_mid_read_refreshes_metadata_and_resumes(
     assert by_broker[old] >= 4 and by_broker[new] > 0, by_broker
 
 
+@pytest.mark.corpus
+def test_leader_dying_mid_read_fails_within_read_timeout(golden_kafka: FakeKafkaCluster) -> None:
+    part = golden_kafka.partition(OFFSETS_TOPIC, 2)
+    opts = SourceOptions.from_options({"bootstrap_servers": golden_kafka.bootstrap_servers,
+                                       "read_timeout_s": "2", "arrow_batch_rows": "500",
+                                       "kafka.max.partition.fetch.bytes": "65536"})
+    batches = read_partition(opts, 2, 0, part.last_stable_offset)
+    first = next(batches)
+    golden_kafka.stop_broker(part.leader)
+    started = time.monotonic()
+    with pytest.raises(KafkaReadTimeout) as err:
+        list(batches)
+    assert time.monotonic() - started < 10
+    assert explain_failure(err.value).startswith(
+        "KafkaReadTimeout: partition 2 of __consumer_offsets: no progress at offset ")
+    assert first.num_rows == 500
+
+
 @pytest.mark.spark
 @pytest.mark.corpus
 @pytest.mark.slow

@@ -603,10 +603,13 @@ class _RangeReader:
                                        self.max_wait_ms)
         return future, offset, node
 
-    def _receive(self, future: Future, node: int | None) -> Any | None:
+    def _receive(self, future: Future, node: int | None, patience_s: float) -> Any | None:
         """The partition's data from a Fetch response, or None after a retriable failure
-        (connection lost, request timeout, no leader: metadata refreshed)."""
-        timeout_ms = self.wire.request_timeout_ms + self.max_wait_ms + 1000
+        (connection lost, request timeout, no leader: metadata refreshed). Waits at most
+        ``patience_s`` (what is left of ``read_timeout_s``), so a broker that accepts but never
+        answers fails the read as promptly as a dead one."""
+        timeout_ms = min(self.wire.request_timeout_ms + self.max_wait_ms + 1000,
+                         max(patience_s, 0.0) * 1000 + 100)
         try:
             response = self.wire.wait(future, timeout_ms)
         except kafka_errors.KafkaError as exc:
@@ -693,7 +696,8 @@ class _RangeReader:
         future, fetch_offset, node = self._send(position)
         last_progress = time.monotonic()
         while True:
-            part = self._receive(future, node)
+            patience = self.opts.read_timeout_s - (time.monotonic() - last_progress)
+            part = self._receive(future, node, patience)
             progressed = False
             kept: CommittedBatches | None = None
             if part is not None:
@@ -740,6 +744,8 @@ class _RangeReader:
                 for batch in self._decode(kept.data, decoded_at):
                     self.stats.rows += batch.num_rows
                     yield from out.add(batch)
+                if progressed:  # time spent by our caller between batches is not a stall
+                    last_progress = time.monotonic()
             if done:
                 break
         yield from out.flush()

@@ -10,7 +10,6 @@ themselves are kept (flagged) for the audit trail.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 from collections.abc import Iterator
@@ -19,16 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from pipelines.sources.fastread import fold_arrow, read_segments_arrow, unique_offsets
 from pipelines.sources.raw import RAW_ARROW_SCHEMA
-from pipelines.sources.segments import (
-    PartitionLog,
-    Record,
-    find_segments,
-    fold_transactions,
-    read_segment_file,
-    records_to_arrow,
-)
+from pipelines.sources.segments import PartitionLog, find_segments
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +58,6 @@ def cluster_of(plog: PartitionLog, option: str) -> str:
     return str(plog.directory.parent)
 
 
-def _emitted(fold) -> list[Record]:
-    """Records a read_committed reader hands on: committed data and control markers, in order."""
-    out = fold.records + fold.markers
-    out.sort(key=lambda r: r.offset)
-    return [r for r in out if r.offset < fold.last_stable_offset]
-
-
 @dataclass
 class PartitionIndex:
     """Offsets a reader will emit for one partition directory, and where it must stop."""
@@ -88,34 +75,27 @@ def _signature(plog: PartitionLog) -> tuple:
     return tuple(stats)
 
 
-def log_records(segments: list) -> list[Record]:
-    """The records of a partition's segment files in offset order, each offset once.
+def emitted_table(segments: list, cluster_id: str | None) -> pa.Table:
+    """What a read_committed reader hands on from these segment files, in offset order.
 
-    Files can overlap: Kafka's ``.swap``/``.cleaned``/``.deleted`` leftovers, or several
-    copies of one segment taken at different times. An offset always holds the same
-    record (compaction only removes), so the union by offset is the log.
+    Files can overlap (Kafka's ``.swap``/``.cleaned``/``.deleted`` leftovers, or copies of
+    one segment taken at different times); an offset always holds the same record
+    (compaction only removes), so their union by offset is the log. Aborted data is
+    dropped, markers are kept, and nothing at or after the last stable offset is emitted.
     """
-    records = [r for seg in segments for _, batch in read_segment_file(seg) for r in batch]
-    if all(a.offset < b.offset for a, b in itertools.pairwise(records)):
-        return records
-    records.sort(key=lambda r: r.offset)  # stable: the first file's copy wins
-    out: list[Record] = []
-    last = -1
-    for r in records:
-        if r.offset > last:
-            out.append(r)
-            last = r.offset
-    return out
+    batches = list(read_segments_arrow(segments, cluster_id=cluster_id))
+    table = pa.Table.from_batches(batches, schema=RAW_ARROW_SCHEMA)
+    kept, lso = fold_arrow(unique_offsets(table))
+    return kept.filter(pc.less(kept.column("offset"), lso))
 
 
 def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None) -> PartitionIndex:
     sig = _signature(plog)
     if cached is not None and cached.signature == sig:
         return cached
-    records = log_records(plog.segments)
-    fold = fold_transactions(records)
-    offsets = np.fromiter((r.offset for r in _emitted(fold)), dtype=np.int64)
-    return PartitionIndex(offsets, fold.last_stable_offset, sig)
+    offsets = emitted_table(plog.segments, None).column("offset").to_numpy()
+    last_stable = int(offsets[-1]) + 1 if len(offsets) else 0
+    return PartitionIndex(offsets, last_stable, sig)
 
 
 def plan_end_offsets(
@@ -153,17 +133,17 @@ def plan_end_offsets(
 def read_range(
     plog: PartitionLog, start: int, end: int, cluster_id: str, rows_per_batch: int = 65536
 ) -> Iterator[pa.RecordBatch]:
-    """Emitted records with ``start <= offset < end``, as RAW_ARROW_SCHEMA batches.
+    """Emitted records with ``start <= offset < end``, as Spark-ready raw-schema batches.
 
     Reading starts at the segment holding ``start``: a transaction decided later is still
     resolved by its marker, which lies further on in the log.
     """
     segs = plog.segments
     first_base = max((seg.base_offset for seg in segs if seg.base_offset <= start), default=0)
-    records = log_records([seg for seg in segs if seg.base_offset >= first_base])
-    fold = fold_transactions(records)
-    wanted = [r for r in _emitted(fold) if start <= r.offset < end]
-    for batch in records_to_arrow(wanted, cluster_id=cluster_id, rows_per_batch=rows_per_batch):
+    table = emitted_table([seg for seg in segs if seg.base_offset >= first_base], cluster_id)
+    offsets = table.column("offset")
+    table = table.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
+    for batch in table.to_batches(max_chunksize=rows_per_batch):
         yield batch.cast(SPARK_RAW_SCHEMA)
 
 
