@@ -137,7 +137,12 @@ def run_ingest(spark, cfg: IngestConfig) -> IngestReport:
     started = time.perf_counter()
 
     def on_batch(df, batch_id: int) -> None:
-        process_batch(engine, df.toArrow(), batch_id, app_id, report)
+        started = time.perf_counter()
+        raw = df.toArrow()
+        fetched = time.perf_counter()
+        process_batch(engine, raw, batch_id, app_id, report)
+        log.debug("batch %d: read %.2fs, processed %.2fs", batch_id, fetched - started,
+                  time.perf_counter() - fetched)
 
     writer = (open_stream(spark, cfg).writeStream.foreachBatch(on_batch)
               .option("checkpointLocation", str(cfg.checkpoint_dir / "spark"))

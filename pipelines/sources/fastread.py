@@ -831,6 +831,8 @@ def fold_arrow(
             lso = int(offset[held[first]].min())
     if stop_at_lso:
         drop |= ~is_control & (offset >= lso)
+    if not drop.any():  # the common case: no aborted or open transaction, no copy
+        return table, lso
     return table.filter(_arrow(~drop)), lso
 
 

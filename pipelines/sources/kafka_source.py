@@ -10,8 +10,10 @@ under read_committed does "latest record per key" reproduce the coordinator.
 How it reads (:mod:`pipelines.sources.kafka_fetch`): raw Fetch requests (``isolation_level=1``)
 over kafka-python's connection manager; the response's record batches go to the vectorized
 segment parser and read_committed is applied to them exactly as the Java consumer does
-(aborted transactional batches dropped by producer id, control batches are markers). That is
-~1M instead of ~10-15k records/s per task, and the batch facts a consumer hides are at hand.
+(aborted transactional batches dropped by producer id, control batches are markers). No Python
+object per record, and the batch facts a consumer hides are at hand: against the in-process
+fake broker the whole read runs at ~0.5M records/s, ~10x the KafkaConsumer loop it replaced
+(``test_throughput_consumer_path_vs_fetch_path`` prints both).
 
 Registered as ``offsetlake-kafka`` (:func:`register`). Streaming (micro-batch, including
 ``availableNow``) and batch reads. Rows follow :data:`pipelines.sources.raw.RAW_ARROW_SCHEMA`,

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pipelines.sources.fastread import fold_arrow, read_segments_arrow, unique_offsets
 from pipelines.sources.raw import RAW_ARROW_SCHEMA
@@ -86,7 +85,14 @@ def emitted_table(segments: list, cluster_id: str | None) -> pa.Table:
     batches = list(read_segments_arrow(segments, cluster_id=cluster_id))
     table = pa.Table.from_batches(batches, schema=RAW_ARROW_SCHEMA)
     kept, lso = fold_arrow(unique_offsets(table))
-    return kept.filter(pc.less(kept.column("offset"), lso))
+    return _offsets_between(kept, 0, lso)
+
+
+def _offsets_between(table: pa.Table, start: int, end: int) -> pa.Table:
+    """Rows with ``start <= offset < end`` (rows are in offset order; no copy when all are)."""
+    offsets = table.column("offset").to_numpy()
+    lo, hi = np.searchsorted(offsets, [start, end], side="left")
+    return table if (lo, hi) == (0, len(offsets)) else table.slice(lo, hi - lo)
 
 
 def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None) -> PartitionIndex:
@@ -141,8 +147,7 @@ def read_range(
     segs = plog.segments
     first_base = max((seg.base_offset for seg in segs if seg.base_offset <= start), default=0)
     table = emitted_table([seg for seg in segs if seg.base_offset >= first_base], cluster_id)
-    offsets = table.column("offset")
-    table = table.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
+    table = _offsets_between(table, start, end)
     for batch in table.to_batches(max_chunksize=rows_per_batch):
         yield batch.cast(SPARK_RAW_SCHEMA)
 
