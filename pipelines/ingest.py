@@ -114,6 +114,7 @@ def open_stream(spark, cfg: IngestConfig):
         reader = (spark.readStream.format(kafka_source.NAME)
                   .option("bootstrap_servers", cfg.bootstrap_servers)
                   .option("cluster_id", cfg.cluster_id)
+                  .option("include_batch_metadata", "true")  # markers + producer ids for the audit
                   .option("max_records_per_batch", str(cfg.max_records_per_batch)))
         for key, value in cfg.kafka_options.items():
             reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", value)

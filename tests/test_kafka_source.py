@@ -12,9 +12,7 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-import os
 import struct
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -65,27 +63,10 @@ UNREACHABLE = "127.0.0.1:1"
 # ------------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """One local[2] session for the whole run (PLATFORM.md: start-up is 5-10 s)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("offsetlake-tests")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
+@pytest.fixture(autouse=True)
+def _registered(spark) -> None:
+    """The suite's one SparkSession (tests/conftest.py), with this source registered."""
+    register(spark)
 
 
 @pytest.fixture
@@ -687,3 +668,19 @@ def test_throughput_consumer_path_vs_fetch_path(tmp_path: Path,
     with capsys.disabled():
         print(f"\n{line}")
     assert fetch_n == consumer_n > 150_000
+
+
+def test_ingest_through_kafka_equals_the_brokers_offset_fetch(
+    spark: Any, golden_kafka: FakeKafkaCluster, scenario_a: Path, tmp_path: Path
+) -> None:
+    """`offsetlake ingest --source kafka` on the real recorded log: the coordinator's state."""
+    from pipelines.ingest import IngestConfig, run_ingest
+    from tests.test_ingest import lake_offsets, live_offsets
+
+    lake = tmp_path / "lake"
+    report = run_ingest(spark, IngestConfig(source="kafka", lake=lake,
+                                            bootstrap_servers=golden_kafka.bootstrap_servers,
+                                            max_records_per_batch=4000))
+    assert report.batches >= 4
+    assert report.statuses["control"] == 7  # the COMMIT/ABORT markers, kept for the audit
+    assert lake_offsets(lake) == live_offsets(scenario_a)

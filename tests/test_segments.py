@@ -1208,17 +1208,27 @@ def test_fold_arrow_open_and_interleaved_transactions(tmp_path: Path) -> None:
     assert empty.num_rows == 0 and lso == 0
 
 
+def _union_by_offset(segments: list) -> list:
+    """The reference: every record of every file, first copy of each offset, in offset order."""
+    records = [r for s in segments for _, batch in seg.read_segment_file(s) for r in batch]
+    records.sort(key=lambda r: r.offset)  # stable: the first file's copy wins
+    out, last = [], -1
+    for r in records:
+        if r.offset > last:
+            out.append(r)
+            last = r.offset
+    return out
+
+
 def test_unique_offsets_equals_log_records(public_corpus: Path) -> None:
     """Partition directories holding several copies of a segment: the union by offset."""
-    from pipelines.sources.segment_source import log_records
-
     overlapping = [pl for pl in find_segments(public_corpus) if len(pl.segments) > 1]
     assert len(overlapping) > 10
     deduplicated = 0
     for plog in overlapping:
         fast = list(fastread.read_segments_arrow(plog.segments, cluster_id="c"))
         table = pa.Table.from_batches(fast, schema=RAW_ARROW_SCHEMA)
-        want = list(seg.records_to_arrow(log_records(plog.segments), cluster_id="c"))
+        want = list(seg.records_to_arrow(_union_by_offset(plog.segments), cluster_id="c"))
         union = fastread.unique_offsets(table)
         assert union.equals(pa.Table.from_batches(want, schema=RAW_ARROW_SCHEMA)), plog.directory
         deduplicated += union.num_rows < table.num_rows
