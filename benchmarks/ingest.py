@@ -55,7 +55,7 @@ def corpus_as_data_dirs(corpus: Path, into: Path) -> Path:
         for seg in plog.segments:
             version = seg.suffix.lstrip("@.") or "head"
             rel = plog.directory.relative_to(corpus)
-            target = into / f"{rel.parent}@{version}" / plog.directory.name / "00000000000000000000.log"
+            target = into / f"{rel.parent}@{version}" / plog.directory.name / f"{seg.base_offset:020d}.log"
             target.parent.mkdir(parents=True, exist_ok=True)
             target.symlink_to(seg.path)
     return into
@@ -125,6 +125,12 @@ def main() -> None:
     lake = work / "lake-generated"
     rep = run_ingest_timed(spark, gen_dir, lake, "bench", args.max_records_per_batch)
     rows.append((f"generated (scale {args.scale})", rep.records, rep.seconds, rep.records_per_second, base_rate))
+
+    from pipelines.ingest import ingest_segments_local
+
+    local = ingest_segments_local(gen_dir, work / "lake-local", cluster_id="bench",
+                                  max_records_per_batch=args.max_records_per_batch)
+    rows.append(("  same, no Spark (driver)", local.records, local.seconds, local.records_per_second, base_rate))
 
     empty = run_ingest_timed(spark, gen_dir, lake, "bench", args.max_records_per_batch)
     added = append_one_percent(gen_dir)

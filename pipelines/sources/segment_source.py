@@ -152,6 +152,21 @@ def read_range(
         yield batch.cast(SPARK_RAW_SCHEMA)
 
 
+def pack_ranges(sized: list[tuple[int, tuple]], tasks: int) -> list[list[tuple]]:
+    """Spread ranges over at most ``tasks`` Spark tasks, largest first onto the lightest.
+
+    Hundreds of small partition directories (typical of a broker's 50 partitions, and of
+    backups) would otherwise pay a task's fixed cost each.
+    """
+    bins: list[list[tuple]] = [[] for _ in range(max(1, min(tasks, len(sized))))]
+    load = [0] * len(bins)
+    for size, item in sorted(sized, key=lambda s: -s[0]):
+        lightest = load.index(min(load))
+        bins[lightest].append(item)
+        load[lightest] += max(size, 1)
+    return bins
+
+
 # ----------------------------------------------------------------------------- Spark
 
 
@@ -171,13 +186,12 @@ def _spark_classes():
         SupportsTriggerAvailableNow,
     )
 
-    class SegmentRange(InputPartition):
-        def __init__(
-            self, directory: str, partition: int, start: int, end: int, cluster: str
-        ) -> None:
-            super().__init__((directory, start, end))
-            self.directory, self.partition = directory, partition
-            self.start, self.end, self.cluster = start, end, cluster
+    class SegmentRanges(InputPartition):
+        """One Spark task: offset ranges of one or more partition directories."""
+
+        def __init__(self, ranges: list[tuple[str, int, int, str]]) -> None:
+            super().__init__(tuple(ranges))
+            self.ranges = ranges  # (directory, start, end, cluster id)
 
     class _Common:
         def __init__(self, options: dict[str, str]) -> None:
@@ -185,6 +199,7 @@ def _spark_classes():
             self.cluster_option = options.get("cluster_id", "default")
             self.rows_per_batch = int(options.get("rows_per_arrow_batch", 65536))
             self.max_rows = int(options.get("max_records_per_batch", 0)) or None
+            self.max_tasks = int(options.get("max_tasks", 8))
             self._indexes: dict[str, PartitionIndex] = {}
             self._logs: dict[str, PartitionLog] = {}
 
@@ -196,27 +211,21 @@ def _spark_classes():
             return self._indexes
 
         def _partitions(self, start: dict, end: dict) -> list:
-            parts = []
+            ranges = []
             for key, stop in sorted(end.items()):
                 begin = start.get(key, 0)
                 if stop > begin:
                     plog = self._logs[key]
-                    parts.append(
-                        SegmentRange(
-                            str(plog.directory),
-                            plog.offsets_partition,
-                            begin,
-                            stop,
-                            cluster_of(plog, self.cluster_option),
-                        )
-                    )
-            return parts
+                    offsets = self._indexes[key].offsets
+                    size = int(np.searchsorted(offsets, stop) - np.searchsorted(offsets, begin))
+                    ranges.append((size, (str(plog.directory), begin, stop,
+                                          cluster_of(plog, self.cluster_option))))
+            return [SegmentRanges(r) for r in pack_ranges(ranges, self.max_tasks) if r]
 
-        def read(self, partition: SegmentRange) -> Iterator[pa.RecordBatch]:
-            plog = next(p for p in find_segments(partition.directory))
-            yield from read_range(
-                plog, partition.start, partition.end, partition.cluster, self.rows_per_batch
-            )
+        def read(self, partition: SegmentRanges) -> Iterator[pa.RecordBatch]:
+            for directory, begin, stop, cluster in partition.ranges:
+                plog = find_segments(directory)[0]
+                yield from read_range(plog, begin, stop, cluster, self.rows_per_batch)
 
     class SegmentStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvailableNow):
         def __init__(self, options: dict[str, str]) -> None:
