@@ -871,12 +871,12 @@ def test_fast_arrow_equals_exact_per_corpus_file(
 ) -> None:
     for path, (batches, problems) in public_read.items():
         got: list[Problem] = []
-        fast = list(seg.read_file_arrow(path, cluster_id="c", problems=got))
+        fast = list(fastread.read_file_arrow(path, cluster_id="c", problems=got))
         assert_same_arrow(fast, exact_arrow(batches))
         assert got == problems == []
     for plog in find_segments(scenario_a / "segments"):
         (sf,) = plog.segments
-        fast = list(seg.read_file_arrow(sf, cluster_id="c", rows_per_batch=1000))
+        fast = list(fastread.read_file_arrow(sf, cluster_id="c", rows_per_batch=1000))
         assert_same_arrow(fast, exact_arrow(golden_read[plog.offsets_partition][0], 1000))
 
 

@@ -39,7 +39,7 @@ control batches
 ``validate_crc()``.) Under load from other processes both fell by the same factor (e.g.
 356k vs 127k); the ratio stayed 2.1-2.8x. The Arrow view built from these record objects
 (:func:`batches_to_arrow`) runs at ~150-190k rows/s on the public corpus, so :func:`read_arrow`
-and :func:`read_file_arrow` use the vectorized reader of :mod:`pipelines.sources.fastread`
+and :func:`pipelines.sources.fastread.read_file_arrow` use the vectorized reader of :mod:`pipelines.sources.fastread`
 instead (same output; ~0.8-1.2M rows/s), which falls back to the functions here for every
 batch it does not handle itself.
 
@@ -100,7 +100,6 @@ __all__ = [
     "parse_segment_name",
     "partition_of_dir",
     "read_arrow",
-    "read_file_arrow",
     "read_records",
     "read_segment_file",
     "records_to_arrow",
@@ -1161,27 +1160,6 @@ def read_arrow(
     segs = (seg for plog in find_segments(*paths) for seg in plog.segments)
     yield from read_segments_arrow(
         segs, cluster_id=cluster_id, rows_per_batch=rows_per_batch, problems=problems
-    )
-
-
-def read_file_arrow(
-    segment: SegmentFile | str | os.PathLike[str],
-    *,
-    cluster_id: str | None = None,
-    offsets_partition: int | None = None,
-    rows_per_batch: int = 65536,
-    problems: list[Problem] | None = None,
-) -> Iterator[pa.RecordBatch]:
-    """One segment file as RAW_ARROW_SCHEMA batches (vectorized); equal to
-    ``batches_to_arrow(read_segment_file(segment, ...), ...)``."""
-    from .fastread import read_file_arrow as read
-
-    yield from read(
-        segment,
-        cluster_id=cluster_id,
-        offsets_partition=offsets_partition,
-        rows_per_batch=rows_per_batch,
-        problems=problems,
     )
 
 
