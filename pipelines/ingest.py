@@ -10,6 +10,8 @@ duplicates and no gaps.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 import uuid
 from collections import Counter
@@ -137,13 +139,20 @@ def run_ingest(spark, cfg: IngestConfig) -> IngestReport:
     report = IngestReport()
     started = time.perf_counter()
 
+    handoff: queue.Queue = queue.Queue()
+
     def on_batch(df, batch_id: int) -> None:
-        started = time.perf_counter()
-        raw = df.toArrow()
-        fetched = time.perf_counter()
-        process_batch(engine, raw, batch_id, app_id, report)
-        log.debug("batch %d: read %.2fs, processed %.2fs", batch_id, fetched - started,
-                  time.perf_counter() - fetched)
+        """Runs on py4j's callback thread: hand the batch to the main thread and wait.
+
+        Python code on the callback thread ran ~3x slower than on the main thread here
+        (measured: 11 s vs 4 s for one 1M-record batch), so the work happens in the main
+        thread; returning only when it is done keeps Spark's commit after the Delta writes.
+        """
+        done, outcome = threading.Event(), {}
+        handoff.put((df, batch_id, done, outcome))
+        done.wait()
+        if "error" in outcome:
+            raise outcome["error"]
 
     writer = (open_stream(spark, cfg).writeStream.foreachBatch(on_batch)
               .option("checkpointLocation", str(cfg.checkpoint_dir / "spark"))
@@ -154,6 +163,24 @@ def run_ingest(spark, cfg: IngestConfig) -> IngestReport:
         writer = writer.trigger(processingTime=cfg.trigger)
     query = writer.start()
     try:
+        while query.isActive or not handoff.empty():
+            try:
+                df, batch_id, done, outcome = handoff.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            log.debug("batch %d handed over %.2fs after the query started", batch_id,
+                      time.perf_counter() - started)
+            try:
+                batch_started = time.perf_counter()
+                raw = df.toArrow()
+                fetched = time.perf_counter()
+                process_batch(engine, raw, batch_id, app_id, report)
+                log.debug("batch %d: read %.2fs, processed %.2fs", batch_id, fetched - batch_started,
+                          time.perf_counter() - fetched)
+            except BaseException as exc:  # surfaces through Spark as the batch's failure
+                outcome["error"] = exc
+            finally:
+                done.set()
         query.awaitTermination()
     finally:
         report.seconds = time.perf_counter() - started

@@ -23,7 +23,6 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.python.worker.reuse": "true",
     }

@@ -40,7 +40,9 @@ def spark():
     """The one local SparkSession of the test run (start-up is the expensive part)."""
     from pipelines.spark import spark_session
 
-    session = spark_session("offsetlake-tests", master="local[2]")
+    # C1-only JIT: starts faster, which is what a test run needs (PLATFORM.md); jobs keep C2.
+    session = spark_session("offsetlake-tests", master="local[2]",
+                            extra_conf={"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
     yield session
     session.stop()
 
