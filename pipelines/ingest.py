@@ -182,6 +182,14 @@ def run_ingest(spark, cfg: IngestConfig) -> IngestReport:
             finally:
                 done.set()
         query.awaitTermination()
+    except BaseException:  # e.g. Ctrl-C: fail the waiting batch, stop the query, re-raise
+        while not handoff.empty():
+            _, _, done, outcome = handoff.get_nowait()
+            outcome["error"] = RuntimeError("ingest interrupted")
+            done.set()
+        if query.isActive:
+            query.stop()
+        raise
     finally:
         report.seconds = time.perf_counter() - started
     if query.exception() is not None:
