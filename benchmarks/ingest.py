@@ -97,7 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus" / "public")
     parser.add_argument("--scale", type=int, default=200, help="demo generator scale (200 ~ 1M, 2000 ~ 10M records)")
-    parser.add_argument("--max-records-per-batch", type=int, default=1_000_000)
+    parser.add_argument("--max-records-per-batch", type=int, default=500_000)
     parser.add_argument("--workdir", type=Path, default=None, help="keep data and lakes here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)

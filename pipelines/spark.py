@@ -25,6 +25,9 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.python.worker.reuse": "true",
+        # micro-batches come to the driver as Arrow: give its JVM room for ~1M-record batches
+        "spark.driver.memory": os.environ.get("OFFSETLAKE_SPARK_DRIVER_MEMORY", "4g"),
+        "spark.driver.maxResultSize": "0",
     }
     if delta_spark:
         conf["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"

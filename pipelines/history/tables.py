@@ -55,20 +55,19 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
     Offset commits stay columnar end to end; only rows the vectorized decoder defers
     (group records, the odd malformed record) are decoded one by one.
     """
-    raw = raw.combine_chunks()
     n = raw.num_rows
     is_control = pc.fill_null(raw.column("is_control"), False)
-    offsets = decode_offset_commits(raw.column("key"), raw.column("value"),
-                                    is_control=is_control).combine_chunks()
-    status = offsets.column("decode_status")
+    offsets = decode_offset_commits(raw.column("key"), raw.column("value"), is_control=is_control)
+    status = offsets.column("decode_status").combine_chunks()
     deferred = np.flatnonzero(pc.is_null(status).to_numpy(zero_copy_only=False))
 
-    record_type = offsets.column("record_type")
-    error = offsets.column("decode_error")
+    record_type = offsets.column("record_type").combine_chunks()
+    error = offsets.column("decode_error").combine_chunks()
     group_rows: list[dict] = []
     group_records: list[GroupRecord] = []
     if len(deferred):
-        sub = raw.take(pa.array(deferred))
+        sub = raw.select(["cluster_id", "offsets_partition", "offset", "timestamp", "key",
+                          "value"]).take(pa.array(deferred))
         d_type, d_status, d_error = [], [], []
         for row in (sub.select(["cluster_id", "offsets_partition", "offset", "timestamp",
                                             "key", "value"]).to_pylist()):
@@ -104,8 +103,11 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
     is_offset = pc.and_(pc.is_in(record_type, value_set=pa.array([0, 1], pa.int16())),
                         pc.is_in(status, value_set=pa.array([OK, TOMBSTONE])))
     is_offset = pc.fill_null(is_offset, False)
-    oc = offsets.filter(is_offset)
-    src = raw.filter(is_offset)
+    src = raw.select(["cluster_id", "offsets_partition", "offset", "timestamp", "producer_id",
+                      "is_transactional"])
+    oc = offsets
+    if not pc.all(is_offset).as_py():  # most batches hold nothing but offset commits
+        oc, src = oc.filter(is_offset), src.filter(is_offset)
     topic_id = oc.column("topic_id")
     topic_id = pc.if_else(pc.equal(topic_id, ZERO_UUID), pa.nulls(len(topic_id), pa.string()), topic_id)
     offset_commits = pa.table({
