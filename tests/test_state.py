@@ -83,3 +83,10 @@ def test_latest_family_wins_after_conversion() -> None:
     back = [_rec(3, 8, None), _rec(6, 8, None), _rec(2, 9, classic)]
     group, _ = derive_group("g", back)
     assert (group["group_type"], group["group_state"], group["generation"]) == ("classic", "Empty", 3)
+
+
+def test_replay_state_keeps_value_versions(lake: Path) -> None:
+    rows = DeltaTable(str(lake / "group_records_latest")).to_pyarrow_table().to_pylist()
+    versions = {(r["record_type"], r["value_version"]) for r in rows if not r["is_tombstone"] and r["record_type"] != 1}
+    assert versions and {v for _, v in versions} <= {0, 3}  # golden: GroupMetadata v3, KIP-848 v0
+    assert all(v == 3 for t, v in versions if t == 2)

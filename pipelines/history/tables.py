@@ -79,7 +79,8 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
                 continue
             subkey = next((rec.key[k] for k in GROUP_SUBKEYS if k in rec.key), "")
             latest = LatestRecord(rec.record_type, subkey, rec.value is None, rec.value,
-                                  row["offsets_partition"], row["offset"], row["timestamp"])
+                                  row["offsets_partition"], row["offset"], row["timestamp"],
+                                  rec.value_version)
             group_records.append(GroupRecord(row["cluster_id"], rec.group_id, latest))
             group_row = _group_metadata_row(rec.group_id, subkey, rec, row["offsets_partition"],
                                             row["offset"], row["timestamp"])

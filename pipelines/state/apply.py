@@ -110,7 +110,8 @@ def _latest_group_record_changes(batch: HistoryBatch, now: datetime) -> pa.Table
     rows = [{
         "cluster_id": g.cluster_id, "group_id": g.group_id, "record_type": g.record.record_type,
         "subkey": g.record.subkey, "is_tombstone": g.record.is_tombstone,
-        "value_version": None, "value_json": None if g.record.value is None else dumps(g.record.value),
+        "value_version": g.record.value_version,
+        "value_json": None if g.record.value is None else dumps(g.record.value),
         "offsets_partition": g.record.offsets_partition, "offset": g.record.offset,
         "record_timestamp": g.record.record_timestamp, "updated_at": now,
     } for g in batch.group_records]
@@ -146,7 +147,7 @@ def _latest_records(engine: DeltaEngine, groups: set[tuple[str, str]]
         value = json.loads(r["value_json"]) if r["value_json"] else None
         out.setdefault(key, []).append(LatestRecord(
             r["record_type"], r["subkey"], r["is_tombstone"], value,
-            r["offsets_partition"], r["offset"], r["record_timestamp"]))
+            r["offsets_partition"], r["offset"], r["record_timestamp"], r["value_version"]))
     return out
 
 

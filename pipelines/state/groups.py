@@ -41,6 +41,7 @@ class LatestRecord:
     offsets_partition: int
     offset: int
     record_timestamp: Any = None
+    value_version: int | None = None
 
     @property
     def position(self) -> tuple[int, int]:
