@@ -1,1 +1,1 @@
-"""reconcile"""
+"""Checks against the live cluster: snapshots of its answers, classification, the quality gate."""

@@ -1,1 +1,1 @@
-"""report"""
+"""The self-contained HTML report."""

@@ -1,1 +1,1 @@
-"""state"""
+"""Current state as the group coordinator replays the log: offsets, groups, members, ownership."""
