@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -101,6 +100,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from pipelines.sources.batching import spread_budget
 from pipelines.sources.raw import RAW_ARROW_SCHEMA
 
 if TYPE_CHECKING:
@@ -473,24 +473,6 @@ def describe_topic(bootstrap_servers: str, topic: str = OFFSETS_TOPIC, *,
 # --------------------------------------------------------------------------------------------
 # Planning (pure)
 # --------------------------------------------------------------------------------------------
-
-
-def spread_budget(backlog: Mapping[str, int], budget: int) -> dict[str, int]:
-    """Split ``budget`` offsets over partitions fairly (water-filling): partitions with less
-    backlog than an equal share get all of it, the rest is shared by the others. Never grants
-    more than a partition's backlog nor more than ``budget`` in total; grants something to at
-    least one partition whenever ``budget > 0`` and there is backlog (so batches progress)."""
-    grants = {p: 0 for p in backlog}
-    pending = sorted(((n, p) for p, n in backlog.items() if n > 0), key=lambda t: (t[0], t[1]))
-    remaining = max(0, budget)
-    for i, (need, p) in enumerate(pending):
-        if remaining <= 0:
-            break
-        share = math.ceil(remaining / (len(pending) - i))
-        grant = min(need, share)
-        grants[p] = grant
-        remaining -= grant
-    return grants
 
 
 def plan_end_offsets(start: Mapping[str, int], available: Mapping[str, int],

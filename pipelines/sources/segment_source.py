@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from pipelines.sources.batching import spread_budget
 from pipelines.sources.fastread import fold_arrow, read_segments_arrow, unique_offsets
 from pipelines.sources.raw import RAW_ARROW_SCHEMA
 from pipelines.sources.segments import PartitionLog, find_segments
@@ -109,30 +110,15 @@ def plan_end_offsets(
 ) -> dict[str, int]:
     """End offsets (exclusive) per partition, taking at most ``max_rows`` records in total."""
     end = dict(start)
-    budget = max_rows
-    pending = {}
-    for key, idx in sorted(indexes.items()):
-        lo = int(np.searchsorted(idx.offsets, start.get(key, 0), side="left"))
-        pending[key] = (idx, lo, len(idx.offsets))
-    while pending:
-        share = None if budget is None else max(1, budget // len(pending))
-        for key in list(pending):
-            idx, lo, hi = pending.pop(key)
-            take = hi - lo if share is None else min(hi - lo, share)
-            if take <= 0:
-                continue
-            new_lo = lo + take
-            end[key] = (
-                int(idx.offsets[new_lo])
-                if new_lo < hi
-                else int(max(idx.offsets[-1] + 1, start.get(key, 0)))
-            )
-            if budget is not None:
-                budget -= take
-                if budget <= 0:
-                    return end
-            if new_lo < hi:
-                pending[key] = (idx, new_lo, hi)
+    first = {key: int(np.searchsorted(idx.offsets, start.get(key, 0), side="left"))
+             for key, idx in indexes.items()}
+    backlog = {key: len(idx.offsets) - first[key] for key, idx in indexes.items()}
+    grants = backlog if max_rows is None else spread_budget(backlog, max_rows)
+    for key, take in grants.items():
+        if take <= 0:
+            continue
+        offsets, stop = indexes[key].offsets, first[key] + take
+        end[key] = int(offsets[stop]) if stop < len(offsets) else max(int(offsets[-1]) + 1, start.get(key, 0))
     return end
 
 
