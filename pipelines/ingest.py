@@ -1,8 +1,9 @@
 """The ingest job: a Structured Streaming query from a source into the Delta lake.
 
-Per micro-batch: raw rows come to the driver as Arrow, are decoded into the history
-tables (appended) and folded into the state tables (merged), every write tagged with the
-query's Delta transaction id and the batch id. Spark's checkpoint keeps source positions;
+Per micro-batch: each Spark task decodes its raw rows and writes them as history files
+(:mod:`pipelines.history.parts`); the driver commits each history table's files in one
+Delta transaction and folds the few rows the state depends on into the state tables
+(merged), every commit tagged with the query's Delta transaction id and the batch id. Spark's checkpoint keeps source positions;
 Delta's transaction ids make any replayed batch a no-op, so reruns and crashes leave no
 duplicates and no gaps.
 """
@@ -10,6 +11,7 @@ duplicates and no gaps.
 from __future__ import annotations
 
 import logging
+import pickle
 import queue
 import threading
 import time
@@ -19,7 +21,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pipelines.history.tables import build_history
+import pyarrow as pa
+
+from pipelines.history.parts import HistoryPart, combined_state, history_part
+from pipelines.history.tables import HISTORY_TABLES
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, make_engine
 from pipelines.state.apply import apply_state
@@ -27,7 +32,6 @@ from pipelines.state.apply import apply_state
 log = logging.getLogger(__name__)
 
 SOURCES = ("segments", "kafka", "spark-kafka")
-HISTORY_TABLES = ("offsets_raw", "offset_commits", "group_metadata")
 
 
 @dataclass
@@ -75,29 +79,80 @@ def app_id_for(checkpoint: Path) -> str:
     return marker.read_text().strip()
 
 
-def process_batch(engine: DeltaEngine, raw, batch_id: int, app_id: str, report: IngestReport) -> None:
-    """Write one micro-batch (an Arrow table of raw records) to every table."""
+def pending_history(engine: DeltaEngine, app_id: str, batch_id: int) -> tuple[str, ...]:
+    """History tables that do not hold this batch yet (all of them, unless this is a replay)."""
+    return tuple(name for name in HISTORY_TABLES if not engine.committed(name, app_id, batch_id))
+
+
+def process_batch(engine: DeltaEngine, raw: pa.Table, batch_id: int, app_id: str,
+                  report: IngestReport) -> None:
+    """Write one micro-batch (an Arrow table of raw records) to every table, in this process."""
     if raw.num_rows == 0:
         return
     now = datetime.now(timezone.utc)
-    history = build_history(raw, batch_id, now)
+    lake = engine.root if engine.commits_files else None
+    part = history_part(raw, batch_id, now, lake, pending_history(engine, app_id, batch_id))
+    commit_batch(engine, [part], batch_id, app_id, now, report)
+
+
+def commit_batch(engine: DeltaEngine, parts: list[HistoryPart], batch_id: int, app_id: str,
+                 now: datetime, report: IngestReport) -> None:
+    """Commit a micro-batch's history (one Delta transaction per table), then its state.
+
+    Every commit carries ``(app_id, batch_id)``; a replay skips what is already in.
+    """
+    records = sum(p.records for p in parts)
+    if records == 0:
+        return
     wrote = False
     for name in HISTORY_TABLES:
-        data = getattr(history, name)
-        if engine.append(contract(name), data, app_id, batch_id):
+        if any(name in p.files for p in parts):
+            files = [f for p in parts for f in p.files.get(name, ())]
+            written = engine.commit_files(contract(name), files, app_id, batch_id)
+            rows = sum(f.num_records for f in files)
+        elif any(name in p.tables for p in parts):
+            data = pa.concat_tables([p.tables[name] for p in parts])
+            written, rows = engine.append(contract(name), data, app_id, batch_id), data.num_rows
+        else:  # already committed when the batch was decoded
+            continue
+        if written:
             wrote = True
-            report.rows[name] += data.num_rows
-    for table, n in apply_state(engine, history, app_id, batch_id, now).items():
+            report.rows[name] += rows
+    for table, n in apply_state(engine, combined_state(parts), app_id, batch_id, now).items():
         wrote = True
         report.rows[table] += n
+    statuses = sum((p.statuses for p in parts), Counter())
     report.batches += 1
-    report.records += raw.num_rows
-    report.statuses.update(history.status_counts())
+    report.records += records
+    report.statuses.update(statuses)
     if not wrote:
         report.skipped_batches += 1
-    bad = {k: v for k, v in history.status_counts().items() if k not in ("ok", "tombstone", "control")}
-    log.info("batch %d: %d records%s", batch_id, raw.num_rows,
-             f", not decoded: {bad}" if bad else "")
+    bad = {k: v for k, v in statuses.items() if k not in ("ok", "tombstone", "control")}
+    log.info("batch %d: %d records%s", batch_id, records, f", not decoded: {bad}" if bad else "")
+
+
+def history_parts_on_executors(df, batch_id: int, now: datetime, lake: Path,
+                               tables: tuple[str, ...]) -> list[HistoryPart]:
+    """Each Spark task decodes its share of the batch and writes its history files itself.
+
+    Only the parts (file names, counts, the rows the state needs) come back to the
+    driver, pickled in one binary cell per task: no history row crosses to the driver.
+    """
+    lake_dir = str(lake.resolve())
+
+    def task(batches):
+        import pickle
+
+        import pyarrow as pa
+
+        from pipelines.history.parts import history_part
+
+        batches = [b for b in batches if b.num_rows]
+        if batches:
+            part = history_part(pa.Table.from_batches(batches), batch_id, now, lake_dir, tables)
+            yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(part)], pa.binary())], names=["part"])
+
+    return [pickle.loads(row.part) for row in df.mapInArrow(task, "part binary").collect()]
 
 
 def open_stream(spark, cfg: IngestConfig):
@@ -172,11 +227,16 @@ def run_ingest(spark, cfg: IngestConfig) -> IngestReport:
                       time.perf_counter() - started)
             try:
                 batch_started = time.perf_counter()
-                raw = df.toArrow()
-                fetched = time.perf_counter()
-                process_batch(engine, raw, batch_id, app_id, report)
-                log.debug("batch %d: read %.2fs, processed %.2fs", batch_id, fetched - batch_started,
-                          time.perf_counter() - fetched)
+                now = datetime.now(timezone.utc)
+                tables = pending_history(engine, app_id, batch_id)
+                if engine.commits_files:
+                    parts = history_parts_on_executors(df, batch_id, now, cfg.lake, tables)
+                else:
+                    parts = [history_part(df.toArrow(), batch_id, now, None, tables)]
+                decoded = time.perf_counter()
+                commit_batch(engine, parts, batch_id, app_id, now, report)
+                log.debug("batch %d: decoded and written %.2fs, committed %.2fs", batch_id,
+                          decoded - batch_started, time.perf_counter() - decoded)
             except BaseException as exc:  # surfaces through Spark as the batch's failure
                 outcome["error"] = exc
             finally:
@@ -205,8 +265,6 @@ def ingest_segments_local(path: str | Path, lake: str | Path, cluster_id: str = 
     For tests and tools where Spark is not the point (building a lake from a recording to
     reconcile against it); the streaming job remains the way to ingest incrementally.
     """
-    import pyarrow as pa
-
     from pipelines.sources.segment_source import cluster_of, read_range
     from pipelines.sources.segments import find_segments
 

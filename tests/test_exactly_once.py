@@ -17,7 +17,7 @@ class Crash(Exception):
 
 
 class CrashingEngine(DeltaRsEngine):
-    """delta-rs, but dies just before its N-th write (append or merge)."""
+    """delta-rs, but dies just before its N-th write (history commit or state merge)."""
 
     def __init__(self, root: Path, crash_at: int) -> None:
         super().__init__(root)
@@ -31,6 +31,10 @@ class CrashingEngine(DeltaRsEngine):
     def append(self, *args, **kwargs) -> bool:
         self._tick()
         return super().append(*args, **kwargs)
+
+    def commit_files(self, *args, **kwargs) -> bool:
+        self._tick()
+        return super().commit_files(*args, **kwargs)
 
     def merge(self, *args, **kwargs) -> bool:
         self._tick()

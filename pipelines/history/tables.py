@@ -20,8 +20,10 @@ from pipelines.decode.jsonify import dumps
 from pipelines.decode.wire import ZERO_UUID
 from pipelines.lake.contracts import contract
 from pipelines.state.groups import LatestRecord
+from pipelines.state.offsets import state_rows
 
 GROUP_SUBKEYS = ("member_id", "regular_expression")
+HISTORY_TABLES = ("offsets_raw", "offset_commits", "group_metadata")
 
 
 @dataclass
@@ -34,6 +36,15 @@ class GroupRecord:
 
 
 @dataclass
+class StateInput:
+    """What the state tables need of a batch: offset commits (at least their
+    :func:`~pipelines.state.offsets.state_rows`) and the decoded group records."""
+
+    offset_commits: pa.Table
+    group_records: list[GroupRecord] = field(default_factory=list)
+
+
+@dataclass
 class HistoryBatch:
     offsets_raw: pa.Table
     offset_commits: pa.Table
@@ -43,6 +54,10 @@ class HistoryBatch:
     def status_counts(self) -> dict[str, int]:
         counts = pc.value_counts(self.offsets_raw.column("decode_status")).to_pylist()
         return {c["values"]: c["counts"] for c in counts}
+
+    def state_input(self) -> StateInput:
+        """The batch reduced to what the state depends on (small enough to ship to the driver)."""
+        return StateInput(state_rows(self.offset_commits), self.group_records)
 
 
 def _ms_to_ts(arr: pa.Array) -> pa.Array:

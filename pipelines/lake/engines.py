@@ -15,6 +15,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from pipelines.lake.contracts import TableContract
+from pipelines.lake.files import DataFile
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,7 @@ OP = "_op"  # change-set column for merge(): "upsert" or "delete"
 class DeltaEngine(Protocol):
     name: str
     root: Path
+    commits_files: bool  # whether commit_files() works: data files written elsewhere, committed here
 
     def path(self, table: str) -> str: ...
 
@@ -37,6 +39,9 @@ class DeltaEngine(Protocol):
 
     def append(self, contract: TableContract, data: pa.Table, app_id: str, version: int) -> bool:
         """Append rows; returns False when skipped because the batch was already written."""
+
+    def commit_files(self, contract: TableContract, files: list[DataFile], app_id: str, version: int) -> bool:
+        """Append already-written data files in one commit; False when the batch was already in."""
 
     def merge(self, contract: TableContract, changes: pa.Table, app_id: str, version: int) -> bool:
         """Upsert/delete by the contract's key; ``changes`` has the contract's columns + ``_op``."""
@@ -54,6 +59,7 @@ class DeltaRsEngine:
     """delta-rs (``deltalake``): writes and merges from Arrow in this process."""
 
     name = "delta-rs"
+    commits_files = True
 
     def __init__(self, root: str | Path, storage_options: dict[str, str] | None = None) -> None:
         self.root = Path(root)
@@ -116,6 +122,20 @@ class DeltaRsEngine:
         )
         return True
 
+    def commit_files(self, contract: TableContract, files: list[DataFile], app_id: str, version: int) -> bool:
+        from deltalake.transaction import AddAction
+
+        self.ensure(contract)
+        if self.committed(contract.name, app_id, version):
+            log.info("%s: batch %d of %s already written, skipping (vacuum removes %d unnamed files)",
+                     contract.name, version, app_id, len(files))
+            return False
+        actions = [AddAction(f.path, f.size, {}, f.modification_time, True, f.stats) for f in files]
+        self._table(contract.name).create_write_transaction(
+            actions, mode="append", schema=contract.arrow_schema,
+            commit_properties=self._commit(app_id, version))
+        return True
+
     def merge(self, contract: TableContract, changes: pa.Table, app_id: str, version: int) -> bool:
         self.ensure(contract)
         if self.committed(contract.name, app_id, version):
@@ -158,6 +178,7 @@ class SparkDeltaEngine:
     """
 
     name = "delta-spark"
+    commits_files = False  # delta-spark has no API to commit files it did not write
 
     def __init__(self, spark, root: str | Path) -> None:
         self.spark = spark
@@ -184,6 +205,9 @@ class SparkDeltaEngine:
         for c in contract.columns:
             builder = builder.addColumn(c.name, c.type, nullable=c.nullable, comment=c.comment)
         builder.execute()
+
+    def commit_files(self, contract: TableContract, files: list[DataFile], app_id: str, version: int) -> bool:
+        raise NotImplementedError("delta-spark commits only files it writes itself; use append()")
 
     def committed(self, table: str, app_id: str, version: int) -> bool:
         if not self.exists(table):

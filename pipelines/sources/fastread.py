@@ -78,6 +78,13 @@ from .segments import (
 )
 from .segments import log as _seg_log
 
+#: What index_segments_arrow returns per record: enough to plan and fold, no bytes.
+INDEX_ARROW_SCHEMA = pa.schema(
+    [RAW_ARROW_SCHEMA.field(name) for name in
+     ("offset", "producer_id", "is_transactional", "is_control", "control_type")]
+    + [pa.field("source_file", pa.int32()), RAW_ARROW_SCHEMA.field("source_position")]
+)
+
 __all__ = [
     "bytes_to_arrow",
     "fold_arrow",
@@ -122,6 +129,7 @@ class _File:
     mv: memoryview
     pos: int
     floor: int  # lowest base offset the next batch may have (as in decode_segment_bytes)
+    ordinal: int = 0  # the file's place among the files being read
 
     @property
     def done(self) -> bool:
@@ -152,9 +160,11 @@ def _file(data: bytes, path: str, offsets_partition: int, base_offset: int) -> _
     return _File(path, offsets_partition, data, memoryview(data), 0, base_offset)
 
 
-def _open(segment: SegmentFile, offsets_partition: int | None) -> _File:
+def _open(segment: SegmentFile, offsets_partition: int | None, ordinal: int = 0) -> _File:
     part = segment.offsets_partition if offsets_partition is None else offsets_partition
-    return _file(segment.path.read_bytes(), str(segment.path), part, segment.base_offset)
+    f = _file(segment.path.read_bytes(), str(segment.path), part, segment.base_offset)
+    f.ordinal = ordinal
+    return f
 
 
 def _walk(f: _File, stop: int) -> _Part:
@@ -436,10 +446,12 @@ def _strings(values: list[str], codes: np.ndarray) -> pa.Array:
 
 
 def _build(
-    parts: Sequence[_Part], cluster_id: str | None, problems: list[Problem] | None
+    parts: Sequence[_Part], cluster_id: str | None, problems: list[Problem] | None,
+    index_only: bool = False,
 ) -> tuple[pa.RecordBatch | None, np.ndarray]:
-    """Decode a group of walked parts: (rows as RAW_ARROW_SCHEMA or None if none, cumulative
-    row count at the end of every batch in log order)."""
+    """Decode a group of walked parts: (rows as RAW_ARROW_SCHEMA, or INDEX_ARROW_SCHEMA when
+    ``index_only``, or None if none; cumulative row count at the end of every batch in log
+    order)."""
     # ---- one buffer over the regions holding fast candidates, and their positions in it
     pieces: list[memoryview | bytes] = []
     gshift: list[int] = []
@@ -629,6 +641,21 @@ def _build(
                 control[row] = codes.setdefault(r[6], len(codes))
         control_names = list(codes)
 
+    if index_only:  # no bytes, no strings per row: a fraction of the work
+        ordinals = np.array([next(p.file.ordinal for p in parts if p.file.path == name)
+                             for name in file_names], dtype=np.int32)
+        index = {
+            "offset": _arrow(offset),
+            "producer_id": _arrow(batch_cols["producer_id"][row_batch]),
+            "is_transactional": _arrow(batch_cols["is_transactional"][row_batch]),
+            "is_control": _arrow(batch_cols["is_control"][row_batch]),
+            "control_type": _strings(control_names, control) if control_names
+            else pa.nulls(nrows, pa.string()),
+            "source_file": _arrow(ordinals[source][row_batch]),
+            "source_position": _arrow(batch_cols["source_position"][row_batch]),
+        }
+        return pa.RecordBatch.from_arrays([index[f.name] for f in INDEX_ARROW_SCHEMA],
+                                          schema=INDEX_ARROW_SCHEMA), ends
     cols: dict[str, pa.Array] = {
         "cluster_id": pa.nulls(nrows, pa.string())
         if cluster_id is None
@@ -678,13 +705,14 @@ def _chunks(
     cluster_id: str | None,
     rows_per_batch: int,
     problems: list[Problem] | None,
+    index_only: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Decoded groups re-cut like batches_to_arrow: a chunk ends after the first Kafka batch
     that brings it to ``rows_per_batch`` rows; a chunk inside one group is a zero-copy slice."""
     pending: list[pa.RecordBatch] = []
     have = 0
     for group in _groups(files):
-        rb, ends = _build(group, cluster_id, problems)
+        rb, ends = _build(group, cluster_id, problems, index_only)
         if rb is None:
             continue
         start = 0
@@ -716,6 +744,13 @@ def read_segments_arrow(
     and Problems as ``batches_to_arrow(b for s in segments for b in read_segment_file(s))``."""
     files = (_open(seg, offsets_partition) for seg in segments)
     return _chunks(files, cluster_id, rows_per_batch, problems)
+
+
+def index_segments_arrow(segments: Sequence[SegmentFile]) -> Iterator[pa.RecordBatch]:
+    """INDEX_ARROW_SCHEMA rows of ``segments``: the same rows as :func:`read_segments_arrow`,
+    only what planning reads needs (offsets, transaction facts, where each batch lies)."""
+    files = (_open(seg, None, i) for i, seg in enumerate(segments))
+    return _chunks(files, None, 1 << 20, None, index_only=True)
 
 
 def bytes_to_arrow(

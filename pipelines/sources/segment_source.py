@@ -13,14 +13,22 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines.sources.batching import spread_budget
-from pipelines.sources.fastread import fold_arrow, read_segments_arrow, unique_offsets
+from pipelines.sources.fastread import (
+    INDEX_ARROW_SCHEMA,
+    bytes_to_arrow,
+    fold_arrow,
+    index_segments_arrow,
+    read_segments_arrow,
+    unique_offsets,
+)
 from pipelines.sources.raw import RAW_ARROW_SCHEMA
 from pipelines.sources.segments import PartitionLog, find_segments
 
@@ -60,11 +68,33 @@ def cluster_of(plog: PartitionLog, option: str) -> str:
 
 @dataclass
 class PartitionIndex:
-    """Offsets a reader will emit for one partition directory, and where it must stop."""
+    """Offsets a reader will emit for one partition directory, where it must stop, and
+    where in the files each emitted record's batch lies (so a task reads only its bytes)."""
 
     offsets: np.ndarray  # sorted log offsets of emitted records
     last_stable_offset: int
     signature: tuple
+    aborted: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # dropped data rows
+    files: tuple[str, ...] = ()  # segment paths, in read order
+    run_row: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # first row of a batch
+    run_file: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # its file
+    run_pos: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # its byte position
+
+    def regions(self, lo: int, hi: int) -> list[tuple[str, int, int]]:
+        """(path, from byte, to byte) holding emitted rows ``lo:hi``; to = -1 for the file end.
+
+        A region may also hold aborted data or copies another file wins; the reader drops
+        those as a full read would (``aborted``, first copy wins).
+        """
+        first = int(np.searchsorted(self.run_row, lo, side="right")) - 1
+        last = int(np.searchsorted(self.run_row, hi - 1, side="right")) - 1
+        out = []
+        for f in np.unique(self.run_file[first:last + 1]):
+            mine = self.run_file[first:last + 1] == f
+            begin, top = int(self.run_pos[first:last + 1][mine].min()), int(self.run_pos[first:last + 1][mine].max())
+            later = self.run_pos[(self.run_file == f) & (self.run_pos > top)]
+            out.append((self.files[f], begin, int(later.min()) if later.size else -1))
+        return out
 
 
 def _signature(plog: PartitionLog) -> tuple:
@@ -100,9 +130,22 @@ def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None) ->
     sig = _signature(plog)
     if cached is not None and cached.signature == sig:
         return cached
-    offsets = emitted_table(plog.segments, None).column("offset").to_numpy()
+    rows = pa.Table.from_batches(list(index_segments_arrow(plog.segments)), schema=INDEX_ARROW_SCHEMA)
+    every = unique_offsets(rows)
+    kept, lso = fold_arrow(every)
+    emitted = _offsets_between(kept, 0, lso)
+    offsets = emitted.column("offset").to_numpy()
     last_stable = int(offsets[-1]) + 1 if len(offsets) else 0
-    return PartitionIndex(offsets, last_stable, sig)
+    all_offsets = every.column("offset").to_numpy()
+    aborted = np.setdiff1d(all_offsets[all_offsets < last_stable], offsets, assume_unique=True)
+    files = tuple(str(seg.path) for seg in plog.segments)
+    file_of = emitted.column("source_file").to_numpy()
+    pos = emitted.column("source_position").to_numpy()
+    starts = np.ones(len(offsets), dtype=bool)
+    starts[1:] = (file_of[1:] != file_of[:-1]) | (pos[1:] != pos[:-1])
+    run_row = np.flatnonzero(starts)
+    return PartitionIndex(offsets, last_stable, sig, aborted, files, run_row,
+                          file_of[run_row].astype(np.int64), pos[run_row].astype(np.int64))
 
 
 def plan_end_offsets(
@@ -136,6 +179,52 @@ def read_range(
     table = _offsets_between(table, start, end)
     for batch in table.to_batches(max_chunksize=rows_per_batch):
         yield batch.cast(SPARK_RAW_SCHEMA)
+
+
+def read_regions(
+    offsets_partition: int, regions: list[tuple[str, int, int]], start: int, end: int,
+    aborted: list[int], cluster_id: str, rows_per_batch: int = 65536,
+) -> Iterator[pa.RecordBatch]:
+    """What :func:`read_range` emits, reading only the byte regions the driver's index named.
+
+    ``aborted`` lists the offsets in ``[start, end)`` whose transaction aborted (the index
+    saw their markers, which may lie past ``end``); copies in several files resolve as in a
+    full read: files in the same order, the first copy wins.
+    """
+    tables = []
+    for path, begin, stop in regions:
+        with open(path, "rb") as fh:
+            fh.seek(begin)
+            data = fh.read() if stop < 0 else fh.read(stop - begin)
+        floor = int.from_bytes(data[:8], "big", signed=True) if len(data) >= 8 else 0
+        table = pa.Table.from_batches(
+            list(bytes_to_arrow(data, path=path, offsets_partition=offsets_partition,
+                                base_offset=floor, cluster_id=cluster_id)),
+            schema=RAW_ARROW_SCHEMA)
+        where = table.schema.get_field_index("source_position")
+        tables.append(table.set_column(where, "source_position",
+                                       pc.add(table.column(where), pa.scalar(begin, pa.int64()))))
+    table = _offsets_between(unique_offsets(pa.concat_tables(tables)), start, end)
+    if aborted:
+        table = table.filter(pa.array(~np.isin(table.column("offset").to_numpy(), aborted)))
+    for batch in table.to_batches(max_chunksize=rows_per_batch):
+        yield batch.cast(SPARK_RAW_SCHEMA)
+
+
+def split_ranges(indexes: dict[str, PartitionIndex], start: dict[str, int], end: dict[str, int],
+                 tasks: int, min_rows: int = 20_000) -> list[tuple[int, str, int, int]]:
+    """Cut each partition's ``[start, end)`` into pieces of about total/``tasks`` rows:
+    (rows, partition key, first row, end row). One busy partition (real clusters often
+    have one) then still keeps every core busy."""
+    spans = []
+    for key, stop in sorted(end.items()):
+        offsets = indexes[key].offsets
+        lo, hi = (int(i) for i in np.searchsorted(offsets, [start.get(key, 0), stop]))
+        if hi > lo:
+            spans.append((key, lo, hi))
+    piece = max(min_rows, -(-sum(hi - lo for _, lo, hi in spans) // max(1, tasks)))
+    return [(min(a + piece, hi) - a, key, a, min(a + piece, hi))
+            for key, lo, hi in spans for a in range(lo, hi, piece)]
 
 
 def pack_ranges(sized: list[tuple[int, tuple]], tasks: int) -> list[list[tuple]]:
@@ -175,9 +264,9 @@ def _spark_classes():
     class SegmentRanges(InputPartition):
         """One Spark task: offset ranges of one or more partition directories."""
 
-        def __init__(self, ranges: list[tuple[str, int, int, str]]) -> None:
+        def __init__(self, ranges: list[tuple]) -> None:
             super().__init__(tuple(ranges))
-            self.ranges = ranges  # (directory, start, end, cluster id)
+            self.ranges = ranges  # (directory, regions, start, end, aborted, rows, cluster id)
 
     class _Common:
         def __init__(self, options: dict[str, str]) -> None:
@@ -197,21 +286,27 @@ def _spark_classes():
             return self._indexes
 
         def _partitions(self, start: dict, end: dict) -> list:
-            ranges = []
-            for key, stop in sorted(end.items()):
-                begin = start.get(key, 0)
-                if stop > begin:
-                    plog = self._logs[key]
-                    offsets = self._indexes[key].offsets
-                    size = int(np.searchsorted(offsets, stop) - np.searchsorted(offsets, begin))
-                    ranges.append((size, (str(plog.directory), begin, stop,
-                                          cluster_of(plog, self.cluster_option))))
-            return [SegmentRanges(r) for r in pack_ranges(ranges, self.max_tasks) if r]
+            if any(key not in self._indexes for key in end):  # a fresh reader replaying a batch
+                self._refresh()
+            pieces = []
+            for rows, key, lo, hi in split_ranges(self._indexes, start, end, self.max_tasks):
+                idx, plog = self._indexes[key], self._logs[key]
+                # rows outside [first emitted, last emitted] of a piece are never emitted
+                first, stop = int(idx.offsets[lo]), int(idx.offsets[hi - 1]) + 1
+                aborted = idx.aborted[(idx.aborted >= first) & (idx.aborted < stop)].tolist()
+                pieces.append((rows, (str(plog.directory), idx.regions(lo, hi), first, stop, aborted, rows,
+                                      cluster_of(plog, self.cluster_option))))
+            return [SegmentRanges(r) for r in pack_ranges(pieces, self.max_tasks) if r]
 
         def read(self, partition: SegmentRanges) -> Iterator[pa.RecordBatch]:
-            for directory, begin, stop, cluster in partition.ranges:
+            for directory, regions, begin, stop, aborted, rows, cluster in partition.ranges:
                 plog = find_segments(directory)[0]
-                yield from read_range(plog, begin, stop, cluster, self.rows_per_batch)
+                batches = list(read_regions(plog.offsets_partition, regions, begin, stop, aborted, cluster,
+                                            self.rows_per_batch))
+                if sum(b.num_rows for b in batches) != rows:  # the files changed since planning
+                    log.warning("%s changed while being read; reading [%d, %d) in full", directory, begin, stop)
+                    batches = read_range(plog, begin, stop, cluster, self.rows_per_batch)
+                yield from batches
 
     class SegmentStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvailableNow):
         def __init__(self, options: dict[str, str]) -> None:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.decode.jsonify import dumps
-from pipelines.history.tables import HistoryBatch
+from pipelines.history.tables import StateInput
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import OP, DeltaEngine
 from pipelines.state.generations import generation_changes
@@ -43,7 +43,7 @@ def _group_filter(groups: set[tuple[str, str]]):
     return pc.is_in(pc.field("group_id").cast(pa.string()), value_set=pa.array(ids, pa.string()))
 
 
-def apply_state(engine: DeltaEngine, batch: HistoryBatch, app_id: str, batch_id: int,
+def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: int,
                 now: datetime) -> dict[str, int]:
     """Update every state table for one batch (all clusters in it); rows changed per table."""
     changed: dict[str, int] = {}
@@ -106,7 +106,7 @@ def apply_state(engine: DeltaEngine, batch: HistoryBatch, app_id: str, batch_id:
     return changed
 
 
-def _latest_group_record_changes(batch: HistoryBatch, now: datetime) -> pa.Table:
+def _latest_group_record_changes(batch: StateInput, now: datetime) -> pa.Table:
     rows = [{
         "cluster_id": g.cluster_id, "group_id": g.group_id, "record_type": g.record.record_type,
         "subkey": g.record.subkey, "is_tombstone": g.record.is_tombstone,
@@ -152,7 +152,7 @@ def _latest_records(engine: DeltaEngine, groups: set[tuple[str, str]]
 
 
 def _member_metadata(records: dict[tuple[str, str], list[LatestRecord]], cluster_id: str,
-                     batch: HistoryBatch) -> dict[tuple[str, str], dict]:
+                     batch: StateInput) -> dict[tuple[str, str], dict]:
     """KIP-848 member metadata (type 5) by (group, member): from state, then this batch."""
     out = {(g, r.subkey): r.value for (c, g), recs in records.items() if c == cluster_id
            for r in recs if r.record_type == 5 and r.value}
@@ -161,7 +161,7 @@ def _member_metadata(records: dict[tuple[str, str], list[LatestRecord]], cluster
     return out
 
 
-def _topic_names(records: dict[tuple[str, str], list[LatestRecord]], batch: HistoryBatch) -> dict[str, str]:
+def _topic_names(records: dict[tuple[str, str], list[LatestRecord]], batch: StateInput) -> dict[str, str]:
     """Topic id -> name from partition-metadata records (state and this batch, which may
     tombstone them) and from 4.1+ offset commits, which carry both."""
     names = {}

@@ -1,0 +1,81 @@
+"""Data files written apart from their Delta commit, for the driver to commit in one go.
+
+Why: Spark tasks decode and write a micro-batch's history files in parallel, and the
+driver commits all of them in one Delta transaction carrying the batch's id. The batch
+stays atomic and exactly-once (a file no commit names is invisible, and vacuum removes
+it) while no history row has to travel to the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+# Longer strings state a prefix as their minimum and no maximum (a prefix is no upper bound).
+STATS_STRING_LIMIT = 32
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A written, not yet committed, data file: what a Delta ``add`` action needs."""
+
+    path: str  # relative to the table root
+    size: int
+    modification_time: int  # ms since the epoch
+    stats: str  # Delta per-file statistics, JSON
+    num_records: int
+
+
+def write_data_file(table_dir: str | Path, data: pa.Table) -> DataFile:
+    """Write ``data`` (already conformed to its contract) as one zstd parquet file."""
+    name = f"part-00000-{uuid.uuid4()}-c000.zstd.parquet"
+    path = os.path.join(table_dir, name)
+    pq.write_table(data, path, compression="zstd", compression_level=1)
+    st = os.stat(path)
+    return DataFile(name, st.st_size, st.st_mtime_ns // 1_000_000, file_stats(data), data.num_rows)
+
+
+def file_stats(data: pa.Table) -> str:
+    """Delta's per-file statistics (row count; min, max, null count of flat columns).
+
+    Timestamps are stated in milliseconds as Delta does: minima rounded down and maxima
+    up, so data skipping never drops a file it should read.
+    """
+    mins, maxs, nulls = {}, {}, {}
+    for field, column in zip(data.schema, data.columns, strict=True):
+        kind = field.type
+        if pa.types.is_nested(kind) or pa.types.is_binary(kind):
+            continue
+        nulls[field.name] = column.null_count
+        if column.null_count == len(column):
+            continue
+        low, high = pc.min_max(column).values()
+        low, high = low.as_py(), high.as_py()
+        if pa.types.is_timestamp(kind):
+            mins[field.name], maxs[field.name] = _ms_text(low, up=False), _ms_text(high, up=True)
+        elif pa.types.is_string(kind):
+            mins[field.name] = low[:STATS_STRING_LIMIT]  # a prefix is still a lower bound
+            if len(high) <= STATS_STRING_LIMIT:
+                maxs[field.name] = high
+        elif pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+            mins[field.name], maxs[field.name] = low, high
+    return json.dumps({"numRecords": data.num_rows, "minValues": mins, "maxValues": maxs,
+                       "nullCount": nulls}, separators=(",", ":"))
+
+
+def _ms_text(value: datetime, up: bool) -> str:
+    micros = (value - _EPOCH) // timedelta(microseconds=1)
+    millis = -(-micros // 1000) if up else micros // 1000
+    stamp = _EPOCH + timedelta(milliseconds=millis)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}Z"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
