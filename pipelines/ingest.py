@@ -79,6 +79,13 @@ def app_id_for(checkpoint: Path) -> str:
     return marker.read_text().strip()
 
 
+def ensure_tables(engine: DeltaEngine) -> None:
+    """Create every table the job writes (tasks write files into their directories)."""
+    for name in (*HISTORY_TABLES, "committed_offsets", "group_records_latest", "consumer_groups",
+                 "group_members", "group_generations"):
+        engine.ensure(contract(name))
+
+
 def pending_history(engine: DeltaEngine, app_id: str, batch_id: int) -> tuple[str, ...]:
     """History tables that do not hold this batch yet (all of them, unless this is a replay)."""
     return tuple(name for name in HISTORY_TABLES if not engine.committed(name, app_id, batch_id))
@@ -187,9 +194,7 @@ def open_stream(spark, cfg: IngestConfig):
 def run_ingest(spark, cfg: IngestConfig) -> IngestReport:
     """Run the streaming query (availableNow by default) and report what it wrote."""
     engine = make_engine(cfg.delta_engine, cfg.lake, spark=spark)
-    for name in (*HISTORY_TABLES, "committed_offsets", "group_records_latest", "consumer_groups",
-                 "group_members", "group_generations"):
-        engine.ensure(contract(name))
+    ensure_tables(engine)
     app_id = app_id_for(cfg.checkpoint_dir)
     report = IngestReport()
     started = time.perf_counter()
@@ -269,6 +274,7 @@ def ingest_segments_local(path: str | Path, lake: str | Path, cluster_id: str = 
     from pipelines.sources.segments import find_segments
 
     engine = engine or make_engine("delta-rs", lake)
+    ensure_tables(engine)
     report = IngestReport()
     started = time.perf_counter()
     pending: list = []

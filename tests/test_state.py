@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+import random
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from pipelines.history.tables import StateInput
 from pipelines.ingest import ingest_segments_local
+from pipelines.lake.contracts import contract
+from pipelines.state.apply import _latest_group_record_changes, _topic_names
 from pipelines.state.groups import LatestRecord, derive_group
+from pipelines.state.offsets import offset_changes, state_rows
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +99,32 @@ def test_replay_state_keeps_value_versions(lake: Path) -> None:
     versions = {(r["record_type"], r["value_version"]) for r in rows if not r["is_tombstone"] and r["record_type"] != 1}
     assert versions and {v for _, v in versions} <= {0, 3}  # golden: GroupMetadata v3, KIP-848 v0
     assert all(v == 3 for t, v in versions if t == 2)
+
+
+# ----------------------------------------------------------------------------- what a task ships to the driver
+
+_commit = st.tuples(st.sampled_from(["c1", "c2"]), st.sampled_from(["g1", "g2", "g3"]),
+                    st.sampled_from(["t", "u"]), st.integers(0, 2), st.booleans(),
+                    st.sampled_from([None, 1, 2]))  # topic id generation (a recreated topic has a new id)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(_commit, max_size=60), seed=st.integers(0, 2**16))
+def test_state_rows_give_the_same_state_as_every_row(rows: list, seed: int) -> None:
+    """The driver builds the state from ``state_rows`` only: it must equal the state from all rows
+    (committed offsets, each group's last activity, topic id -> name), in any row order."""
+    groups_partition = {"g1": 0, "g2": 1, "g3": 0}  # a group's records stay in one partition
+    table = pa.Table.from_pylist([
+        {"cluster_id": c, "group_id": g, "topic": t, "partition": p, "committed_offset": None if tomb else i,
+         "is_tombstone": tomb, "topic_id": tid and f"id-{t}{tid}", "offsets_partition": groups_partition[g], "offset": i,
+         "record_timestamp": datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=i)}
+        for i, (c, g, t, p, tomb, tid) in enumerate(rows)
+    ], schema=contract("offset_commits").arrow_schema)
+    table = table.take(pa.array(random.Random(seed).sample(range(len(rows)), len(rows)), pa.int64()))
+    reduced = state_rows(table)
+    assert reduced.num_rows <= table.num_rows
+    now = datetime(2026, 2, 1, tzinfo=timezone.utc)
+    assert offset_changes(reduced, now).equals(offset_changes(table, now))
+    everything, few = StateInput(table), StateInput(reduced)
+    assert _latest_group_record_changes(few, now).equals(_latest_group_record_changes(everything, now))
+    assert _topic_names({}, few) == _topic_names({}, everything)

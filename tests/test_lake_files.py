@@ -1,0 +1,103 @@
+"""History files written by tasks and committed by the driver: what Delta readers rely on."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from pipelines.lake.contracts import contract
+from pipelines.lake.engines import DeltaRsEngine
+from pipelines.lake.files import STATS_STRING_LIMIT, write_data_file
+
+UTC = timezone.utc
+
+
+def _commits(n: int = 50) -> pa.Table:
+    return contract("offset_commits").conform(pa.table({
+        "cluster_id": ["c"] * n,
+        "group_id": [f"group-{i % 7}" if i != 3 else "group-9-" + "x" * 40 for i in range(n)],
+        "topic": [f"topic-{i % 3}" for i in range(n)],
+        "partition": [i % 4 for i in range(n)],
+        "committed_offset": [None if i % 10 == 0 else i * 100 for i in range(n)],
+        "is_tombstone": [i % 10 == 0 for i in range(n)],
+        "record_type": [1] * n,
+        "offsets_partition": [i % 2 for i in range(n)],
+        "offset": list(range(1000, 1000 + n)),
+        "record_timestamp": [datetime(2026, 1, 1, 0, 0, i, tzinfo=UTC) for i in range(n)],
+        # sub-millisecond: Delta states timestamps in ms, so max must round up to stay a bound
+        "ingested_at": [datetime(2026, 1, 2, 0, 0, 0, 1500 + i, tzinfo=UTC) for i in range(n)],
+    }))
+
+
+def _value(stat):
+    """A stated value; timestamps as instants (writers differ in how many zero digits they print)."""
+    if isinstance(stat, str) and stat.endswith("Z") and stat[:4].isdigit() and "T" in stat:
+        return datetime.fromisoformat(stat)
+    return stat
+
+
+def _stats(table_dir: Path) -> dict:
+    adds = [json.loads(line)["add"] for log in sorted((table_dir / "_delta_log").glob("*.json"))
+            for line in log.read_text().splitlines() if '"add"' in line]
+    assert len(adds) == 1
+    return json.loads(adds[0]["stats"])
+
+
+def test_file_statistics_agree_with_delta_rs_own(tmp_path: Path) -> None:
+    data = _commits()
+    write_deltalake(str(tmp_path / "theirs"), data)
+    engine = DeltaRsEngine(tmp_path / "lake")
+    engine.ensure(contract("offset_commits"))
+    engine.commit_files(contract("offset_commits"),
+                        [write_data_file(engine.path("offset_commits"), data)], "app", 0)
+    ours, theirs = _stats(tmp_path / "lake" / "offset_commits"), _stats(tmp_path / "theirs")
+    assert ours["numRecords"] == theirs["numRecords"] == 50
+    assert ours["nullCount"] == theirs["nullCount"]
+    for column, low in theirs["minValues"].items():
+        if column == "group_id":  # we state at most a prefix of the limit's length
+            assert ours["minValues"][column] == low[:STATS_STRING_LIMIT]
+        else:
+            assert _value(ours["minValues"][column]) == _value(low), column
+    for column, high in theirs["maxValues"].items():
+        if column == "ingested_at":
+            assert (_value(high), _value(ours["maxValues"][column])) == (
+                datetime(2026, 1, 2, 0, 0, 0, 1000, tzinfo=UTC), datetime(2026, 1, 2, 0, 0, 0, 2000, tzinfo=UTC))
+        elif column == "group_id":
+            assert column not in ours["maxValues"]  # a truncated maximum would not be an upper bound
+        else:
+            assert _value(ours["maxValues"][column]) == _value(high), column
+
+
+def test_committed_files_read_back_skip_correctly_and_replay_is_a_no_op(tmp_path: Path) -> None:
+    engine = DeltaRsEngine(tmp_path)
+    spec = contract("offset_commits")
+    engine.ensure(spec)
+    data = _commits()
+    halves = [write_data_file(engine.path(spec.name), data.slice(0, 25)),
+              write_data_file(engine.path(spec.name), data.slice(25))]
+    assert engine.commit_files(spec, halves, "app", 0)
+    assert engine.commit_files(spec, [], "app", 1)  # an empty batch still records its id
+    table = DeltaTable(engine.path(spec.name))
+    assert (table.version(), table.count(), table.transaction_version("app")) == (2, 50, 1)
+    assert table.to_pyarrow_table().sort_by("offset").equals(data)
+    late = datetime(2026, 1, 2, 0, 0, 0, 1540, tzinfo=UTC)  # only in the second file, 1 µs before its max
+    hits = table.to_pyarrow_dataset().to_table(filter=pa.compute.field("ingested_at") >= late)
+    assert hits.column("offset").to_pylist() == list(range(1040, 1050))
+    replay = [write_data_file(engine.path(spec.name), data)]
+    assert not engine.commit_files(spec, replay, "app", 1)
+    assert DeltaTable(engine.path(spec.name)).version() == 2
+
+
+@pytest.mark.parametrize("name", ["offsets_raw", "group_metadata"])
+def test_every_history_contract_writes_as_a_committable_file(tmp_path: Path, name: str) -> None:
+    engine = DeltaRsEngine(tmp_path)
+    spec = contract(name)
+    engine.ensure(spec)
+    empty = spec.arrow_schema.empty_table()
+    assert engine.commit_files(spec, [write_data_file(engine.path(name), empty)], "app", 0)
+    assert DeltaTable(engine.path(name)).count() == 0
