@@ -27,6 +27,7 @@ from pipelines.history.parts import HistoryPart, combined_state, history_part
 from pipelines.history.tables import HISTORY_TABLES
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, make_engine
+from pipelines.sources.raw import unpacked
 from pipelines.state.apply import apply_state
 
 log = logging.getLogger(__name__)
@@ -153,10 +154,12 @@ def history_parts_on_executors(df, batch_id: int, now: datetime, lake: Path,
         import pyarrow as pa
 
         from pipelines.history.parts import history_part
+        from pipelines.sources.raw import unpacked
 
         batches = [b for b in batches if b.num_rows]
-        if batches:
-            part = history_part(pa.Table.from_batches(batches), batch_id, now, lake_dir, tables)
+        raw = unpacked(pa.Table.from_batches(batches)) if batches else None
+        if raw is not None and raw.num_rows:
+            part = history_part(raw, batch_id, now, lake_dir, tables)
             yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(part)], pa.binary())], names=["part"])
 
     return [pickle.loads(row.part) for row in df.mapInArrow(task, "part binary").collect()]
@@ -169,6 +172,7 @@ def open_stream(spark, cfg: IngestConfig):
 
         segment_source.register(spark)
         return (spark.readStream.format(segment_source.NAME).option("path", cfg.path)
+                .option("packed", "true")
                 .option("cluster_id", cfg.cluster_id)
                 .option("max_records_per_batch", str(cfg.max_records_per_batch)).load())
     if cfg.source == "kafka":
@@ -179,6 +183,7 @@ def open_stream(spark, cfg: IngestConfig):
                   .option("bootstrap_servers", cfg.bootstrap_servers)
                   .option("cluster_id", cfg.cluster_id)
                   .option("include_batch_metadata", "true")  # markers + producer ids for the audit
+                  .option("packed", "true")
                   .option("max_records_per_batch", str(cfg.max_records_per_batch)))
         for key, value in cfg.kafka_options.items():
             reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", value)
@@ -237,7 +242,7 @@ def run_ingest(spark, cfg: IngestConfig) -> IngestReport:
                 if engine.commits_files:
                     parts = history_parts_on_executors(df, batch_id, now, cfg.lake, tables)
                 else:
-                    parts = [history_part(df.toArrow(), batch_id, now, None, tables)]
+                    parts = [history_part(unpacked(df.toArrow()), batch_id, now, None, tables)]
                 decoded = time.perf_counter()
                 commit_batch(engine, parts, batch_id, app_id, now, report)
                 log.debug("batch %d: decoded and written %.2fs, committed %.2fs", batch_id,

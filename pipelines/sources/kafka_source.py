@@ -53,6 +53,9 @@ Options (all strings, as Spark passes them):
 ``request_timeout_ms``         kafka-python ``request_timeout_ms``
 ``include_batch_metadata``     default ``false``; ``true`` also emits COMMIT/ABORT control
                                records and fills the batch columns (see above)
+``packed``                     default ``false``; ``true`` emits PACKED_ARROW_SCHEMA rows (one
+                               per Arrow batch) instead of one row per record: what the
+                               ingest job reads, several times cheaper to move through Spark
 ``kafka.<a.b.c>``              any kafka-python consumer setting ``a_b_c``, e.g.
                                ``kafka.security.protocol``, ``kafka.sasl.mechanism``,
                                ``kafka.sasl.plain.username``, ``kafka.ssl.cafile``; values are
@@ -101,7 +104,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from pipelines.sources.batching import spread_budget
-from pipelines.sources.raw import RAW_ARROW_SCHEMA
+from pipelines.sources.raw import PACKED_ARROW_SCHEMA, RAW_ARROW_SCHEMA, pack
 
 if TYPE_CHECKING:
     from pipelines.sources.kafka_fetch import KafkaWire
@@ -132,6 +135,7 @@ SPARK_ARROW_SCHEMA: pa.Schema = pa.schema(
 
 #: The DataFrame schema of this source.
 SPARK_SCHEMA: StructType = from_arrow_schema(RAW_ARROW_SCHEMA)
+PACKED_SPARK_SCHEMA: StructType = from_arrow_schema(PACKED_ARROW_SCHEMA)
 
 Offsets = dict[str, int]
 
@@ -232,7 +236,7 @@ _FALSE = frozenset({"false", "0", "no", "off"})
 _KNOWN_OPTIONS = frozenset({
     "bootstrap_servers", "topic", "cluster_id", "starting_offsets", "max_records_per_batch",
     "fail_on_data_loss", "connect_timeout_s", "read_timeout_s", "arrow_batch_rows", "client_id",
-    "request_timeout_ms", "include_batch_metadata", "path",
+    "request_timeout_ms", "include_batch_metadata", "path", "packed",
 })
 
 
@@ -308,6 +312,7 @@ class SourceOptions:
     arrow_batch_rows: int = DEFAULT_ARROW_BATCH_ROWS
     kafka: dict[str, Any] = field(default_factory=dict)
     include_batch_metadata: bool = False
+    packed: bool = False
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -356,6 +361,7 @@ class SourceOptions:
             kafka=client_config(kafka_settings),
             include_batch_metadata=_parse_bool(
                 "include_batch_metadata", str(opts.get("include_batch_metadata") or "false")),
+            packed=_parse_bool("packed", str(opts.get("packed") or "false")),
         )
 
     def consumer_config(self) -> dict[str, Any]:
@@ -536,12 +542,12 @@ class KafkaInputPartition(InputPartition):
 
 
 def _spark_batches(opts: SourceOptions, split: InputPartition) -> Iterator[pa.RecordBatch]:
-    """``read_partition`` cast to the Arrow types Spark validates against."""
+    """``read_partition`` cast to the Arrow types Spark validates against (packed if asked)."""
     if not isinstance(split, KafkaInputPartition):
         raise TypeError(f"unexpected input partition {split!r}")
-    for batch in read_partition(opts, split.partition, split.start, split.end,
-                                cluster_id=split.cluster_id):
-        yield batch.cast(SPARK_ARROW_SCHEMA)
+    batches = (batch.cast(SPARK_ARROW_SCHEMA) for batch in
+               read_partition(opts, split.partition, split.start, split.end, cluster_id=split.cluster_id))
+    yield from pack(batches) if opts.packed else batches
 
 
 def _input_partitions(start: Mapping[str, int], end: Mapping[str, int],
@@ -704,11 +710,14 @@ class KafkaConsumerOffsetsDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
+    def _packed(self) -> bool:
+        return str(self.options.get("packed", "false")).lower() == "true"
+
     def schema(self) -> StructType:
-        return SPARK_SCHEMA
+        return PACKED_SPARK_SCHEMA if self._packed() else SPARK_SCHEMA
 
     def _options(self, schema: StructType) -> SourceOptions:
-        if schema != SPARK_SCHEMA:
+        if schema != self.schema():
             raise KafkaSourceConfigError(
                 f"{SOURCE_NAME} has a fixed schema (RAW_ARROW_SCHEMA); do not pass .schema()")
         return SourceOptions.from_options(self.options)

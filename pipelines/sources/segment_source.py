@@ -29,7 +29,7 @@ from pipelines.sources.fastread import (
     read_segments_arrow,
     unique_offsets,
 )
-from pipelines.sources.raw import RAW_ARROW_SCHEMA
+from pipelines.sources.raw import PACKED_ARROW_SCHEMA, RAW_ARROW_SCHEMA, pack
 from pipelines.sources.segments import PartitionLog, find_segments
 
 log = logging.getLogger(__name__)
@@ -275,8 +275,16 @@ def _spark_classes():
             self.rows_per_batch = int(options.get("rows_per_arrow_batch", 65536))
             self.max_rows = int(options.get("max_records_per_batch", 0)) or None
             self.max_tasks = int(options.get("max_tasks", 8))
+            self.packed = options.get("packed", "false").lower() == "true"
             self._indexes: dict[str, PartitionIndex] = {}
             self._logs: dict[str, PartitionLog] = {}
+
+        def __getstate__(self) -> dict:
+            """What a task needs to read: the options, not the driver's index of every offset
+            (megabytes per million records, shipped to every task otherwise)."""
+            state = dict(self.__dict__)
+            state.update(_indexes={}, _logs={}, _target=None)
+            return state
 
         def _refresh(self) -> dict[str, PartitionIndex]:
             for plog in find_segments(self.root):
@@ -299,6 +307,10 @@ def _spark_classes():
             return [SegmentRanges(r) for r in pack_ranges(pieces, self.max_tasks) if r]
 
         def read(self, partition: SegmentRanges) -> Iterator[pa.RecordBatch]:
+            batches = self._read(partition)
+            return pack(batches) if self.packed else batches
+
+        def _read(self, partition: SegmentRanges) -> Iterator[pa.RecordBatch]:
             for directory, regions, begin, stop, aborted, rows, cluster in partition.ranges:
                 plog = find_segments(directory)[0]
                 batches = list(read_regions(plog.offsets_partition, regions, begin, stop, aborted, cluster,
@@ -354,7 +366,8 @@ def _spark_classes():
             return NAME
 
         def schema(self):
-            return from_arrow_schema(SPARK_RAW_SCHEMA)
+            packed = self.options.get("packed", "false").lower() == "true"
+            return from_arrow_schema(PACKED_ARROW_SCHEMA if packed else SPARK_RAW_SCHEMA)
 
         def reader(self, schema):
             return SegmentBatchReader(self.options)
