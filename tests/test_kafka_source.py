@@ -44,7 +44,7 @@ from pipelines.sources.kafka_source import (
     register,
     spread_budget,
 )
-from pipelines.sources.raw import RAW_ARROW_SCHEMA
+from pipelines.sources.raw import PACKED_COLUMN, RAW_ARROW_SCHEMA, unpacked
 from pipelines.sources.segments import find_segments
 from tests.support.fake_broker import (
     OFFSETS_TOPIC,
@@ -321,6 +321,20 @@ def test_batch_read_matches_read_committed(
     assert len(rows) == len(set(rows))
     assert set(rows) == _expected_rows(expected_read_committed)
     assert set(table.column("cluster_id").to_pylist()) == {"golden-a"}
+
+
+@pytest.mark.spark
+@pytest.mark.corpus
+def test_packed_batch_read_carries_the_same_records(spark: Any, golden_kafka: FakeKafkaCluster) -> None:
+    def read(packed: str) -> pa.Table:
+        return (spark.read.format(SOURCE_NAME).option("bootstrap_servers", golden_kafka.bootstrap_servers)
+                .option("cluster_id", "golden-a").option("include_batch_metadata", "true")
+                .option("packed", packed).load().toArrow())
+
+    plain, packed = read("false"), read("true")
+    assert packed.column_names == [PACKED_COLUMN] and packed.num_rows < plain.num_rows / 100
+    order = [("offsets_partition", "ascending"), ("offset", "ascending")]
+    assert unpacked(packed).sort_by(order).equals(plain.sort_by(order))
 
 
 @pytest.mark.spark

@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.demo import generate_cluster
 from pipelines.sources.fastread import INDEX_ARROW_SCHEMA, index_segments_arrow, read_segments_arrow
-from pipelines.sources.raw import RAW_ARROW_SCHEMA
+from pipelines.sources.raw import PACKED_COLUMN, RAW_ARROW_SCHEMA, unpacked
 from pipelines.sources.segment_source import (
     SPARK_RAW_SCHEMA,
     PartitionIndex,
@@ -112,3 +112,21 @@ def test_split_ranges_keeps_every_core_busy_on_one_busy_partition() -> None:
     assert busy[0][0] == 100 and busy[-1][1] == 900  # the rows of [100, 900): no gap, no overlap
     assert all(a[1] == b[0] for a, b in itertools.pairwise(busy))
     assert split_ranges(indexes, {"busy": 1000, "quiet": 3}, {"busy": 1000, "quiet": 3}, tasks=4) == []
+
+
+@pytest.mark.spark
+def test_packed_spark_read_carries_the_same_records(spark, rolled_demo: Path) -> None:
+    from pipelines.sources import segment_source
+
+    segment_source.register(spark)
+
+    def read(packed: str) -> pa.Table:
+        return (spark.read.format(segment_source.NAME).option("path", str(rolled_demo))
+                .option("cluster_id", "c").option("packed", packed).load().toArrow())
+
+    plain, packed = read("false"), read("true")
+    assert packed.column_names == [PACKED_COLUMN] and packed.num_rows < plain.num_rows
+    full = pa.concat_tables([emitted_table(p.segments, "c") for p in find_segments(rolled_demo)])
+    order = [("offsets_partition", "ascending"), ("offset", "ascending")]
+    assert unpacked(packed).sort_by(order).equals(plain.sort_by(order))
+    assert plain.sort_by(order).equals(full.cast(SPARK_RAW_SCHEMA).sort_by(order))
