@@ -136,8 +136,10 @@ def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None) ->
     emitted = _offsets_between(kept, 0, lso)
     offsets = emitted.column("offset").to_numpy()
     last_stable = int(offsets[-1]) + 1 if len(offsets) else 0
-    all_offsets = every.column("offset").to_numpy()
-    aborted = np.setdiff1d(all_offsets[all_offsets < last_stable], offsets, assume_unique=True)
+    all_offsets = every.column("offset").to_numpy()  # sorted and unique, like offsets (a subset)
+    dropped = np.ones(len(all_offsets), dtype=bool)
+    dropped[np.searchsorted(all_offsets, offsets)] = False
+    aborted = all_offsets[dropped & (all_offsets < last_stable)]
     files = tuple(str(seg.path) for seg in plog.segments)
     file_of = emitted.column("source_file").to_numpy()
     pos = emitted.column("source_position").to_numpy()
