@@ -180,6 +180,7 @@ def open_stream(spark, cfg: IngestConfig):
         segment_source.register(spark)
         return (spark.readStream.format(segment_source.NAME).schema(packed).option("path", cfg.path)
                 .option("packed", "true")
+                .option("index_cache_dir", str(cfg.checkpoint_dir / "segment_index"))
                 .option("cluster_id", cfg.cluster_id)
                 .option("max_records_per_batch", str(cfg.max_records_per_batch)).load())
     if cfg.source == "kafka":

@@ -16,6 +16,7 @@ from pipelines.sources.raw import PACKED_COLUMN, RAW_ARROW_SCHEMA, unpacked
 from pipelines.sources.segment_source import (
     SPARK_RAW_SCHEMA,
     PartitionIndex,
+    SegmentIndexCache,
     emitted_table,
     index_partition,
     plan_end_offsets,
@@ -130,3 +131,29 @@ def test_packed_spark_read_carries_the_same_records(spark, rolled_demo: Path) ->
     order = [("offsets_partition", "ascending"), ("offset", "ascending")]
     assert unpacked(packed).sort_by(order).equals(plain.sort_by(order))
     assert plain.sort_by(order).equals(full.cast(SPARK_RAW_SCHEMA).sort_by(order))
+
+
+def test_index_cache_gives_the_same_index_and_reads_no_log_twice(rolled_demo: Path, tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    from pipelines.sources import segment_source
+
+    cache = SegmentIndexCache(tmp_path / "cache")
+    plogs = find_segments(rolled_demo)
+    fresh = [index_partition(p) for p in plogs]
+    first = [index_partition(p, cache=cache) for p in plogs]
+    assert len(list((tmp_path / "cache").glob("*.parquet"))) == sum(len(p.segments) for p in plogs)
+
+    def no_log_reads(segment):
+        raise AssertionError(f"{segment.path} read again")
+
+    monkeypatch.setattr(segment_source, "_index_rows", no_log_reads)
+    again = [index_partition(p, cache=cache) for p in plogs]
+    for a, b, c in zip(fresh, first, again, strict=True):
+        for name in ("offsets", "aborted", "run_row", "run_file", "run_pos"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+            assert np.array_equal(getattr(a, name), getattr(c, name)), name
+        assert (a.last_stable_offset, a.files) == (c.last_stable_offset, c.files)
+
+    cache.keep(plogs[0].segments)  # the other partitions' files are gone
+    cache.prune()
+    assert len(list((tmp_path / "cache").glob("*.parquet"))) == len(plogs[0].segments)

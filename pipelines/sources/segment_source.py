@@ -10,6 +10,7 @@ themselves are kept (flagged) for the audit trail.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from pipelines.sources.batching import spread_budget
 from pipelines.sources.fastread import (
@@ -126,11 +128,61 @@ def _offsets_between(table: pa.Table, start: int, end: int) -> pa.Table:
     return table if (lo, hi) == (0, len(offsets)) else table.slice(lo, hi - lo)
 
 
-def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None) -> PartitionIndex:
+class SegmentIndexCache:
+    """Index rows of segment files kept on disk between runs, one small parquet file each.
+
+    A segment file never changes once rolled, so a rerun (the next Airflow run) re-reads only
+    new or grown files; the rest of its planning reads these instead of the logs.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.used: set[str] = set()
+
+    def _entry(self, path: Path) -> Path:
+        st = os.stat(path)
+        ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()
+        return self.directory / f"{hashlib.sha1(ident).hexdigest()}.parquet"
+
+    def keep(self, segments: list) -> None:
+        self.used.update(self._entry(seg.path).name for seg in segments)
+
+    def rows(self, segment) -> pa.Table:
+        entry = self._entry(segment.path)
+        if entry.exists():
+            return pq.read_table(entry, schema=INDEX_ARROW_SCHEMA)
+        rows = _index_rows(segment)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        partial = entry.with_suffix(f".{os.getpid()}.tmp")
+        pq.write_table(rows, partial, compression="zstd", use_dictionary=["control_type"],
+                       column_encoding={"offset": "DELTA_BINARY_PACKED",
+                                        "source_position": "DELTA_BINARY_PACKED"})
+        os.replace(partial, entry)  # whole or absent, even if this run dies
+        return rows
+
+    def prune(self) -> None:
+        """Forget files no longer kept in any partition (deleted by retention, compacted)."""
+        for entry in self.directory.glob("*.parquet"):
+            if entry.name not in self.used:
+                entry.unlink(missing_ok=True)
+        self.used = set()
+
+
+def _index_rows(segment) -> pa.Table:
+    return pa.Table.from_batches(list(index_segments_arrow([segment])), schema=INDEX_ARROW_SCHEMA)
+
+
+def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None,
+                    cache: SegmentIndexCache | None = None) -> PartitionIndex:
     sig = _signature(plog)
     if cached is not None and cached.signature == sig:
         return cached
-    rows = pa.Table.from_batches(list(index_segments_arrow(plog.segments)), schema=INDEX_ARROW_SCHEMA)
+    per_file = [cache.rows(seg) if cache else _index_rows(seg) for seg in plog.segments]
+    rows = pa.concat_tables([
+        t.set_column(t.schema.get_field_index("source_file"), "source_file",
+                     pa.array(np.full(t.num_rows, i, np.int32)))
+        for i, t in enumerate(per_file)
+    ]) if per_file else INDEX_ARROW_SCHEMA.empty_table()
     every = unique_offsets(rows)
     kept, lso = fold_arrow(every)
     emitted = _offsets_between(kept, 0, lso)
@@ -278,6 +330,8 @@ def _spark_classes():
             self.max_rows = int(options.get("max_records_per_batch", 0)) or None
             self.max_tasks = int(options.get("max_tasks", 8))
             self.packed = options.get("packed", "false").lower() == "true"
+            cache_dir = options.get("index_cache_dir")
+            self._cache = SegmentIndexCache(cache_dir) if cache_dir else None
             self._indexes: dict[str, PartitionIndex] = {}
             self._logs: dict[str, PartitionLog] = {}
 
@@ -285,14 +339,18 @@ def _spark_classes():
             """What a task needs to read: the options, not the driver's index of every offset
             (megabytes per million records, shipped to every task otherwise)."""
             state = dict(self.__dict__)
-            state.update(_indexes={}, _logs={}, _target=None)
+            state.update(_indexes={}, _logs={}, _target=None, _cache=None)
             return state
 
         def _refresh(self) -> dict[str, PartitionIndex]:
             for plog in find_segments(self.root):
                 key = log_key(self.root, plog)
                 self._logs[key] = plog
-                self._indexes[key] = index_partition(plog, self._indexes.get(key))
+                self._indexes[key] = index_partition(plog, self._indexes.get(key), self._cache)
+                if self._cache:
+                    self._cache.keep(plog.segments)
+            if self._cache:
+                self._cache.prune()
             return self._indexes
 
         def _partitions(self, start: dict, end: dict) -> list:
