@@ -2,7 +2,7 @@
 
 import sys
 
-from pipelines.cli import main
+from pipelines.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main(["ingest", *sys.argv[1:]]))
+    run(["ingest", *sys.argv[1:]])

@@ -2,7 +2,7 @@
 
 import sys
 
-from pipelines.cli import main
+from pipelines.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main(["maintain", *sys.argv[1:]]))
+    run(["maintain", *sys.argv[1:]])

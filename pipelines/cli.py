@@ -14,6 +14,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 log = logging.getLogger("offsetlake")
 
@@ -429,5 +430,27 @@ def _user_facing(exc: BaseException) -> str | None:
     return None
 
 
+def run(argv: Sequence[str] | None = None) -> NoReturn:
+    """The console and spark-submit entry point: :func:`main`, then a clean, sure exit.
+
+    Arrow's and delta-rs' native thread pools can abort the interpreter's own teardown
+    after all work is done and committed (SIGABRT, "terminate called without an active
+    exception": apache/arrow#34314, delta-io/delta-rs#2184; seen here about one run in
+    ten). So Spark is stopped, output flushed, and the process leaves with the command's
+    real status without that teardown.
+    """
+    code = main(argv)
+    if "pyspark" in sys.modules:
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.getActiveSession()
+        if session is not None:
+            session.stop()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
