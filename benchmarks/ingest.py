@@ -103,6 +103,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     from pipelines.demo import generate_cluster
+    from pipelines.ingest import ingest_segments_local
     from pipelines.spark import spark_session
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="offsetlake-bench-"))
@@ -114,7 +115,11 @@ def main() -> None:
         n, secs = naive_baseline(data)
         base_rate = n / secs
         rep = run_ingest_timed(spark, data, work / "lake-public", "auto", args.max_records_per_batch)
-        rows.append(("public corpus", rep.records, rep.seconds, rep.records_per_second, base_rate))
+        rows.append(("public corpus (cold JVM)", rep.records, rep.seconds, rep.records_per_second, base_rate))
+        local = ingest_segments_local(data, work / "lake-public-local", cluster_id="auto",
+                                      max_records_per_batch=args.max_records_per_batch)
+        rows.append(("  same, no Spark (driver)", local.records, local.seconds, local.records_per_second,
+                     base_rate))
 
     gen_dir = work / "generated"
     started = time.perf_counter()
@@ -125,8 +130,6 @@ def main() -> None:
     lake = work / "lake-generated"
     rep = run_ingest_timed(spark, gen_dir, lake, "bench", args.max_records_per_batch)
     rows.append((f"generated (scale {args.scale})", rep.records, rep.seconds, rep.records_per_second, base_rate))
-
-    from pipelines.ingest import ingest_segments_local
 
     local = ingest_segments_local(gen_dir, work / "lake-local", cluster_id="bench",
                                   max_records_per_batch=args.max_records_per_batch)
