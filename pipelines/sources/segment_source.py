@@ -15,6 +15,7 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,10 @@ class PartitionIndex:
     run_file: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # its file
     run_pos: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # its byte position
 
+    @cached_property
+    def _positions_by_file(self) -> dict[int, np.ndarray]:
+        return {int(f): np.unique(self.run_pos[self.run_file == f]) for f in np.unique(self.run_file)}
+
     def regions(self, lo: int, hi: int) -> list[tuple[str, int, int]]:
         """(path, from byte, to byte) holding emitted rows ``lo:hi``; to = -1 for the file end.
 
@@ -89,13 +94,15 @@ class PartitionIndex:
         those as a full read would (``aborted``, first copy wins).
         """
         first = int(np.searchsorted(self.run_row, lo, side="right")) - 1
-        last = int(np.searchsorted(self.run_row, hi - 1, side="right")) - 1
+        stop = int(np.searchsorted(self.run_row, hi - 1, side="right"))
+        files, positions = self.run_file[first:stop], self.run_pos[first:stop]
         out = []
-        for f in np.unique(self.run_file[first:last + 1]):
-            mine = self.run_file[first:last + 1] == f
-            begin, top = int(self.run_pos[first:last + 1][mine].min()), int(self.run_pos[first:last + 1][mine].max())
-            later = self.run_pos[(self.run_file == f) & (self.run_pos > top)]
-            out.append((self.files[f], begin, int(later.min()) if later.size else -1))
+        for f in np.unique(files):
+            mine = positions[files == f]
+            begin, top = int(mine.min()), int(mine.max())
+            known = self._positions_by_file[int(f)]  # the next batch of the file after ours ends the region
+            after = int(np.searchsorted(known, top, side="right"))
+            out.append((self.files[f], begin, int(known[after]) if after < len(known) else -1))
         return out
 
 
