@@ -101,3 +101,14 @@ def test_every_history_contract_writes_as_a_committable_file(tmp_path: Path, nam
     empty = spec.arrow_schema.empty_table()
     assert engine.commit_files(spec, [write_data_file(engine.path(name), empty)], "app", 0)
     assert DeltaTable(engine.path(name)).count() == 0
+
+
+def test_files_the_driver_cannot_see_are_refused_not_committed(tmp_path: Path) -> None:
+    engine = DeltaRsEngine(tmp_path / "lake")
+    spec = contract("offset_commits")
+    engine.ensure(spec)
+    elsewhere = write_data_file(tmp_path, _commits())  # as if on an executor's own disk
+    with pytest.raises(FileNotFoundError, match="not visible here"):
+        engine.commit_files(spec, [elsewhere], "app", 0)
+    table = DeltaTable(engine.path(spec.name))
+    assert (table.version(), table.transaction_version("app")) == (0, None)

@@ -130,6 +130,12 @@ class DeltaRsEngine:
             log.info("%s: batch %d of %s already written, skipping (vacuum removes %d unnamed files)",
                      contract.name, version, app_id, len(files))
             return False
+        for f in files:  # a task on another machine may have written to its own local disk
+            where = Path(self.path(contract.name), f.path)
+            if not where.exists() or where.stat().st_size != f.size:
+                raise FileNotFoundError(
+                    f"{where} was written by a Spark task but is not visible here: the lake must be a "
+                    "path every executor and the driver share (or use --delta-engine spark)")
         actions = [AddAction(f.path, f.size, {}, f.modification_time, True, f.stats) for f in files]
         self._table(contract.name).create_write_transaction(
             actions, mode="append", schema=contract.arrow_schema,
