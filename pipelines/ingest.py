@@ -2,10 +2,10 @@
 
 Per micro-batch: each Spark task decodes its raw rows and writes them as history files
 (:mod:`pipelines.history.parts`); the driver commits each history table's files in one
-Delta transaction and folds the few rows the state depends on into the state tables
-(merged), every commit tagged with the query's Delta transaction id and the batch id. Spark's checkpoint keeps source positions;
-Delta's transaction ids make any replayed batch a no-op, so reruns and crashes leave no
-duplicates and no gaps.
+Delta transaction and merges the few rows the state depends on into the state tables,
+every commit tagged with the query's Delta transaction id and the batch id. Spark's
+checkpoint keeps source positions; Delta's transaction ids make any replayed batch a
+no-op, so reruns and crashes leave no duplicates and no gaps.
 """
 
 from __future__ import annotations
@@ -149,13 +149,6 @@ def history_parts_on_executors(df, batch_id: int, now: datetime, lake: Path,
     lake_dir = str(lake.resolve())
 
     def task(batches):
-        import pickle
-
-        import pyarrow as pa
-
-        from pipelines.history.parts import history_part
-        from pipelines.sources.raw import unpacked
-
         batches = [b for b in batches if b.num_rows]
         raw = unpacked(pa.Table.from_batches(batches)) if batches else None
         if raw is not None and raw.num_rows:

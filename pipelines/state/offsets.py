@@ -19,14 +19,14 @@ OFFSET_KEY = ["cluster_id", "group_id", "topic", "partition"]
 
 
 def last_per_key(table: pa.Table, key: list[str]) -> pa.Table:
-    """The row with the greatest log position per key (rows arrive in log order per partition)."""
+    """The row with the greatest log position per key, winners in log order."""
     if table.num_rows == 0:
         return table
-    ordered = table.sort_by([("offsets_partition", "ascending"), ("offset", "ascending")])
-    ordered = ordered.append_column("_rank", pa.array(range(ordered.num_rows), pa.int64()))
-    winners = ordered.group_by(key, use_threads=False).aggregate([("_rank", "max")])
-    ranks = winners.column("_rank_max").combine_chunks()
-    return ordered.take(ranks.take(pc.sort_indices(ranks))).drop_columns(["_rank"])
+    order = _log_order(table)
+    ordered = table if order is None else table.take(order)
+    ranked = ordered.append_column("_rank", pa.array(np.arange(ordered.num_rows, dtype=np.int64)))
+    winners = ranked.group_by(key, use_threads=False).aggregate([("_rank", "max")])
+    return ordered.take(np.sort(winners.column("_rank_max").to_numpy()))
 
 
 def offset_changes(offset_commits: pa.Table, updated_at: datetime) -> pa.Table:
