@@ -56,13 +56,18 @@ def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
         changed["group_records_latest"] = latest.num_rows
     touched = set(zip(latest.column("cluster_id").to_pylist(), latest.column("group_id").to_pylist(),
                       strict=True))
+    # offset deletions can remove an offset-only group: its groups are touched too
+    touched |= set(zip(oc_changes.column("cluster_id").to_pylist(),
+                       oc_changes.column("group_id").to_pylist(), strict=True))
     if not touched:
         return changed
 
     records = _latest_records(engine, touched)
+    with_offsets = _groups_with_offsets(engine, touched)
     group_rows, member_rows, group_delete = [], [], []
     for cluster_id, group_id in sorted(touched):
-        group, members = derive_group(group_id, records.get((cluster_id, group_id), []))
+        group, members = derive_group(group_id, records.get((cluster_id, group_id), []),
+                                      has_offsets=(cluster_id, group_id) in with_offsets)
         if group is None:
             group_delete.append({"cluster_id": cluster_id, "group_id": group_id, "group_type": "",
                                  "group_state": "", "num_members": 0, "offsets_partition": 0,
@@ -134,6 +139,13 @@ def _latest_group_record_changes(batch: StateInput, now: datetime) -> pa.Table:
         table = pa.concat_tables([table, activity.cast(table.schema)])
     table = last_per_key(table, ["cluster_id", "group_id", "record_type", "subkey"])
     return table.append_column(OP, pa.array(["upsert"] * table.num_rows, pa.string()))
+
+
+def _groups_with_offsets(engine: DeltaEngine, groups: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The groups (of ``groups``) holding at least one live committed offset."""
+    table = engine.read("committed_offsets", ["cluster_id", "group_id"], _group_filter(groups))
+    return set(zip(table.column("cluster_id").to_pylist(), table.column("group_id").to_pylist(),
+                   strict=True)) & groups
 
 
 def _latest_records(engine: DeltaEngine, groups: set[tuple[str, str]]

@@ -17,6 +17,7 @@ The rules are those of the coordinator's replay (spec 2.3-2.5):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 OFFSET_ACTIVITY = 1  # record_type of the "last offset commit" row in group_records_latest
@@ -61,9 +62,15 @@ def family(record_type: int) -> str | None:
 
 
 def derive_group(
-    group_id: str, records: list[LatestRecord], topic_names: dict[str, str] | None = None
+    group_id: str, records: list[LatestRecord], topic_names: dict[str, str] | None = None,
+    has_offsets: bool = True,
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """The group's row for ``consumer_groups`` (None when it does not exist) and its members."""
+    """The group's row for ``consumer_groups`` (None when it does not exist) and its members.
+
+    ``has_offsets``: whether the group holds any live committed offset. An offset-only
+    ("simple") group whose offsets were all deleted has no record left that would load it:
+    the coordinator's replay creates no group from an empty record set, so neither do we.
+    """
     topic_names = topic_names or {}
     by_family: dict[str, list[LatestRecord]] = {}
     activity = None
@@ -94,7 +101,8 @@ def derive_group(
             group, members = _classic(group_id, live["classic"])
         else:
             group, members = _modern(group_id, current, recs, topic_names)
-    elif activity is not None and (last_tombstone is None or activity.position > last_tombstone):
+    elif activity is not None and has_offsets and (last_tombstone is None
+                                                   or activity.position > last_tombstone):
         group, members = _simple(group_id), []
     else:
         return None, []
@@ -107,6 +115,17 @@ def derive_group(
         num_members=len(members),
     )
     return group, members
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def ms_to_datetime(ms: int | None) -> datetime | None:
+    """A record's epoch-millisecond field as a timestamp (the tables' timestamps are
+    microsecond columns: a raw millisecond integer would land 1000x too early); -1 = unset."""
+    if ms is None or ms < 0:
+        return None
+    return _EPOCH + timedelta(milliseconds=ms)
 
 
 def _family_exists(fam: str, recs: list[LatestRecord]) -> bool:
@@ -152,7 +171,7 @@ def _classic(group_id: str, rec: LatestRecord) -> tuple[dict[str, Any], list[dic
         "group_state": "Stable" if members else "Empty",
         "protocol_type": v.get("protocol_type"), "protocol": v.get("protocol"),
         "generation": v.get("generation"), "assignment_epoch": None, "leader": v.get("leader"),
-        "current_state_timestamp": v.get("current_state_timestamp"),
+        "current_state_timestamp": ms_to_datetime(v.get("current_state_timestamp")),
     }
     return group, members
 
