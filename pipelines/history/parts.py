@@ -18,6 +18,7 @@ import pyarrow as pa
 from pipelines.history.tables import HISTORY_TABLES, StateInput, build_history
 from pipelines.lake.contracts import contract
 from pipelines.lake.files import DataFile, write_data_file
+from pipelines.lake.location import LakeLocation, lake_location
 
 
 @dataclass
@@ -29,19 +30,23 @@ class HistoryPart:
     statuses: Counter = field(default_factory=Counter)
     files: dict[str, list[DataFile]] = field(default_factory=dict)
     tables: dict[str, pa.Table] = field(default_factory=dict)
+    written: dict[str, int] = field(default_factory=dict)  # rows the engine already committed itself
 
 
-def history_part(raw: pa.Table, batch_id: int, ingested_at: datetime, lake: str | Path | None,
+def history_part(raw: pa.Table, batch_id: int, ingested_at: datetime,
+                 lake: str | Path | LakeLocation | None,
                  tables: tuple[str, ...] = HISTORY_TABLES) -> HistoryPart:
-    """Decode ``raw``; write ``tables`` as data files under ``lake`` (or keep them in memory)."""
+    """Decode ``raw``; write ``tables`` as data files under ``lake`` (a local directory or an
+    object-store location, with its storage options) or keep them in memory."""
     history = build_history(raw, batch_id, ingested_at)
+    where = None if lake is None else lake_location(lake)
     part = HistoryPart(history.state_input(), raw.num_rows, Counter(history.status_counts()))
     for name in tables:
         data = getattr(history, name)
-        if lake is None:
+        if where is None:
             part.tables[name] = data
         else:
-            part.files[name] = [write_data_file(Path(lake) / name, data)] if data.num_rows else []
+            part.files[name] = [write_data_file(where.child(name), data)] if data.num_rows else []
     return part
 
 

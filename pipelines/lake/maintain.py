@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.lake.contracts import contracts
+from pipelines.lake.location import LakeLocation, lake_location
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +84,29 @@ def interval_hours(text: str | None) -> float | None:
     return int(m.group(1)) * _UNIT_HOURS[m.group(2).lower()]
 
 
-def find_tables(lake: Path | str) -> list[Path]:
-    """Every Delta table directly under ``lake`` (``_checkpoints``, ``_quality`` skipped)."""
-    root = Path(lake)
-    if not root.is_dir():
+def table_names(lake: Path | str | LakeLocation) -> list[str]:
+    """Names of the Delta tables directly under ``lake`` (``_checkpoints``, ``_quality``
+    skipped), local or on an object store (listed through the lake's filesystem)."""
+    from pyarrow.fs import FileSelector, FileType
+
+    where = lake_location(lake)
+    fs = where.filesystem()
+    root = where.fs_path()
+    if fs.get_file_info(root).type != FileType.Directory:
         return []
-    return sorted(p for p in root.iterdir()
-                  if p.is_dir() and not p.name.startswith(("_", ".")) and (p / "_delta_log").is_dir())
+    children = [i for i in fs.get_file_info(FileSelector(root, allow_not_found=True))
+                if i.type == FileType.Directory and not i.base_name.startswith(("_", "."))]
+    logs = fs.get_file_info([f"{c.path}/_delta_log" for c in children])
+    return sorted(c.base_name for c, log_dir in zip(children, logs, strict=True)
+                  if log_dir.type == FileType.Directory)
+
+
+def find_tables(lake: Path | str | LakeLocation) -> list[Path] | list[str]:
+    """Every Delta table directly under ``lake``: paths for a local lake, URIs otherwise."""
+    where = lake_location(lake)
+    if where.is_local:
+        return [where.local_path / name for name in table_names(where)]
+    return [where.join(name) for name in table_names(where)]
 
 
 def _files(dt: Any) -> tuple[int, int, int, int | None]:
@@ -136,29 +153,37 @@ def _zorder_columns(name: str, schema_names: list[str]) -> list[str]:
     return [c for c in ZORDER_COLUMNS if c in schema_names]
 
 
-def _last_checkpoint(path: Path) -> int | None:
-    marker = path / "_delta_log" / "_last_checkpoint"
+def _last_checkpoint(table: LakeLocation) -> int | None:
+    fs = table.filesystem()
     try:
-        return int(json.loads(marker.read_text())["version"])
+        with fs.open_input_stream(table.fs_path(table.join("_delta_log", "_last_checkpoint"))) as f:
+            return int(json.loads(f.read())["version"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _sizes(path: Path, names: list[str]) -> int:
-    total = 0
-    for name in names:
-        with contextlib.suppress(OSError):  # already gone: nothing to count
-            total += (path / name).stat().st_size
-    return total
+def _sizes(table: LakeLocation, names: list[str]) -> int:
+    """Bytes of the files vacuum names (relative to the table, or full URIs)."""
+    from pyarrow.fs import FileType
+
+    if not names:
+        return 0
+    paths = [table.fs_path(n if "://" in n else table.join(n)) for n in names]
+    with contextlib.suppress(OSError):
+        return sum(i.size for i in table.filesystem().get_file_info(paths)
+                   if i.type == FileType.File)  # already gone: nothing to count
+    return 0
 
 
-def _maintain_table(path: Path, retention_hours: int, dry_run: bool, *, full_vacuum: bool,
-                    zorder_max_bytes: int) -> dict[str, Any]:
+def _maintain_table(table: LakeLocation, name: str, retention_hours: int, dry_run: bool, *,
+                    full_vacuum: bool, zorder_max_bytes: int) -> dict[str, Any]:
     from deltalake import DeltaTable
 
-    name = path.name
+    def open_table() -> Any:
+        return DeltaTable(table.uri, storage_options=table.delta_options())
+
     started = time.perf_counter()
-    dt = DeltaTable(str(path))
+    dt = open_table()
     version_before = dt.version()
     files, size, small, stat_rows = _files(dt)
     rows_before = _row_count(dt, stat_rows)
@@ -170,7 +195,7 @@ def _maintain_table(path: Path, retention_hours: int, dry_run: bool, *, full_vac
     out["properties_would_set" if dry_run else "properties_set"] = changes
     if changes and not dry_run:
         dt.alter.set_table_properties(changes, raise_if_not_exists=False)
-        dt = DeltaTable(str(path))
+        dt = open_table()
 
     # 2. compaction (z-order for the big history tables when a full rewrite is cheap)
     zorder = _zorder_columns(name, dt.schema().to_arrow().names)
@@ -188,16 +213,16 @@ def _maintain_table(path: Path, retention_hours: int, dry_run: bool, *, full_vac
             mode = "compact"
         out["optimize"] = {"mode": mode, "files_added": metrics.get("numFilesAdded"),
                            "files_removed": metrics.get("numFilesRemoved")}
-        dt = DeltaTable(str(path))
+        dt = open_table()
 
     # 3. vacuum: only files whose removal is older than the retention
     removed = dt.vacuum(retention_hours=int(effective), dry_run=True,
                         enforce_retention_duration=True, full=full_vacuum)
-    removed_bytes = _sizes(path, removed)
+    removed_bytes = _sizes(table, removed)
     if removed and not dry_run:
         removed = dt.vacuum(retention_hours=int(effective), dry_run=False,
                             enforce_retention_duration=True, full=full_vacuum)
-        dt = DeltaTable(str(path))
+        dt = open_table()
     out["vacuum"] = {"retention_hours": int(effective) if effective.is_integer() else effective, "mode": "full" if full_vacuum else "lite",
                      "would_remove" if dry_run else "removed": len(removed),
                      "bytes": removed_bytes, "files": sorted(removed)[:MAX_LISTED_FILES]}
@@ -206,7 +231,7 @@ def _maintain_table(path: Path, retention_hours: int, dry_run: bool, *, full_vac
     version = dt.version()
     if dry_run:
         out["checkpoint"] = None
-    elif _last_checkpoint(path) == version:
+    elif _last_checkpoint(table) == version:
         out["checkpoint"] = {"version": version, "created": False}
     else:
         dt.create_checkpoint()
@@ -222,7 +247,7 @@ def _maintain_table(path: Path, retention_hours: int, dry_run: bool, *, full_vac
     return out
 
 
-def maintain(lake: Path | str, retention_hours: int = DEFAULT_RETENTION_HOURS,
+def maintain(lake: Path | str | LakeLocation, retention_hours: int = DEFAULT_RETENTION_HOURS,
              dry_run: bool = False, *, full_vacuum: bool = False,
              zorder_max_bytes: int = ZORDER_MAX_BYTES,
              tables: list[str] | None = None) -> dict[str, Any]:
@@ -238,8 +263,10 @@ def maintain(lake: Path | str, retention_hours: int = DEFAULT_RETENTION_HOURS,
         raise ValueError(f"retention of {retention_hours} h refused: at least "
                          f"{MIN_RETENTION_HOURS} h (7 days) keeps time travel and concurrent "
                          "readers safe")
-    root = Path(lake)
-    if not root.is_dir():
+    from pyarrow.fs import FileType
+
+    root = lake_location(lake)
+    if root.filesystem().get_file_info(root.fs_path()).type != FileType.Directory:
         raise FileNotFoundError(f"no lake at {root}")
     started = time.perf_counter()
     report: dict[str, Any] = {
@@ -247,20 +274,20 @@ def maintain(lake: Path | str, retention_hours: int = DEFAULT_RETENTION_HOURS,
         "vacuum_mode": "full" if full_vacuum else "lite",
         "started_at": datetime.now(timezone.utc).isoformat(), "tables": {}, "errors": [],
     }
-    for path in find_tables(root):
-        if tables is not None and path.name not in tables:
+    for name in table_names(root):
+        if tables is not None and name not in tables:
             continue
         try:
-            report["tables"][path.name] = _maintain_table(
-                path, retention_hours, dry_run, full_vacuum=full_vacuum,
+            report["tables"][name] = _maintain_table(
+                root.child(name), name, retention_hours, dry_run, full_vacuum=full_vacuum,
                 zorder_max_bytes=zorder_max_bytes)
         except MaintenanceError as exc:
-            report["tables"][path.name] = {**exc.report, "error": str(exc)}
+            report["tables"][name] = {**exc.report, "error": str(exc)}
             report["errors"].append(str(exc))
         except Exception as exc:  # one table's failure must not stop the others
-            log.exception("maintaining %s failed", path)
-            report["tables"][path.name] = {"error": f"{type(exc).__name__}: {exc}"}
-            report["errors"].append(f"{path.name}: {type(exc).__name__}: {exc}")
+            log.exception("maintaining %s failed", root.join(name))
+            report["tables"][name] = {"error": f"{type(exc).__name__}: {exc}"}
+            report["errors"].append(f"{name}: {type(exc).__name__}: {exc}")
     t = report["tables"].values()
     key = "would_remove" if dry_run else "removed"
     report["totals"] = {
@@ -282,4 +309,4 @@ def maintain(lake: Path | str, retention_hours: int = DEFAULT_RETENTION_HOURS,
 
 
 __all__ = ["DEFAULT_RETENTION_HOURS", "MIN_RETENTION_HOURS", "MaintenanceError", "find_tables",
-           "interval_hours", "maintain"]
+           "interval_hours", "maintain", "table_names"]

@@ -6,19 +6,18 @@ from pathlib import Path
 
 from pipelines.lake.contracts import contracts
 from pipelines.lake.engines import DeltaRsEngine
+from pipelines.lake.location import LakeLocation, lake_location
 
 
-def lake_counts(lake: Path) -> dict[str, int]:
-    from deltalake import DeltaTable
-
+def lake_counts(lake: Path | str | LakeLocation) -> dict[str, int]:
     engine = DeltaRsEngine(lake)
     # row counts from the Delta log's file statistics: no data file is read
-    return {name: DeltaTable(engine.path(name)).count() for name in contracts() if engine.exists(name)}
+    return {name: engine._table(name).count() for name in contracts() if engine.exists(name)}
 
 
-def print_summary(lake: Path, groups: int = 3) -> None:
+def print_summary(lake: Path | str | LakeLocation, groups: int = 3) -> None:
     engine = DeltaRsEngine(lake)
-    print(f"Delta lake at {lake.resolve()}")
+    print(f"Delta lake at {lake_location(lake)}")
     for name, rows in lake_counts(lake).items():
         print(f"  {name:<22} {rows:>10,} rows   ({contracts()[name].kind})")
     if not engine.exists("consumer_groups"):

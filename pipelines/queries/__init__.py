@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from pipelines.lake.contracts import TableContract, contract, contracts
+from pipelines.lake.location import LakeLocation, lake_location
 
 if TYPE_CHECKING:
     import duckdb
@@ -274,8 +275,15 @@ def render(name: str | Query, dialect: Dialect, **params: Any) -> str:
 # ----------------------------------------------------------------------------- reading Delta
 
 
-def _table_path(lake: Path | str, table: str) -> str:
-    return str(Path(lake) / table)
+def _open(lake: Path | str | LakeLocation, table: str) -> tuple[LakeLocation, Any]:
+    """The table's location and its DeltaTable (None when there is no table yet)."""
+    from deltalake import DeltaTable
+
+    where = lake_location(lake).child(table)
+    options = where.delta_options()
+    if not DeltaTable.is_deltatable(where.uri, storage_options=options):
+        return where, None
+    return where, DeltaTable(where.uri, storage_options=options)
 
 
 def _plain_files(dt: Any) -> list[str] | None:
@@ -289,10 +297,11 @@ def _plain_files(dt: Any) -> list[str] | None:
     features = dt.protocol().reader_features or []
     if "deletionVectors" in features or "columnMapping" in features:
         return None
-    files = list(dt.file_uris())
-    if any(re.match(r"^[a-z][a-z0-9+.-]*://", f) and not f.startswith("file://") for f in files):
-        return None
-    return files
+    return list(dt.file_uris())
+
+
+def _is_remote(uri: str) -> bool:
+    return bool(re.match(r"^[a-z][a-z0-9+.-]*://", uri)) and not uri.startswith("file://")
 
 
 def _string_view(schema: pa.Schema) -> pa.Schema:
@@ -302,17 +311,15 @@ def _string_view(schema: pa.Schema) -> pa.Schema:
                       for f in schema], metadata=schema.metadata)
 
 
-def arrow_source(lake: Path | str, table: str) -> pa.Table | pads.Dataset:
+def arrow_source(lake: Path | str | LakeLocation, table: str) -> pa.Table | pads.Dataset:
     """A lake table for DuckDB: a lazy Arrow dataset over its current files (projection
-    and filters push down), or an Arrow table where direct file reads would be wrong; an
-    empty table with the contract's schema when the Delta table does not exist."""
-    from deltalake import DeltaTable
-
+    and filters push down; object stores read through the lake's filesystem), or an Arrow
+    table where direct file reads would be wrong; an empty table with the contract's schema
+    when the Delta table does not exist."""
     spec = contract(table)
-    path = _table_path(lake, table)
-    if not DeltaTable.is_deltatable(path):
+    where, dt = _open(lake, table)
+    if dt is None:
         return spec.arrow_schema.empty_table()
-    dt = DeltaTable(path)
     files = _plain_files(dt)
     if files is None:
         return spec.conform(dt.to_pyarrow_table())
@@ -320,10 +327,13 @@ def arrow_source(lake: Path | str, table: str) -> pa.Table | pads.Dataset:
         return spec.arrow_schema.empty_table()
     import pyarrow.dataset as pads
 
+    if any(_is_remote(f) for f in files):
+        return pads.dataset([where.fs_path(f) for f in files], filesystem=where.filesystem(),
+                            schema=_string_view(spec.arrow_schema), format="parquet")
     return pads.dataset(files, schema=_string_view(spec.arrow_schema), format="parquet")
 
 
-def duckdb_connection(lake: Path | str, tables: Iterable[str]) -> duckdb.DuckDBPyConnection:
+def duckdb_connection(lake: Path | str | LakeLocation, tables: Iterable[str]) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection (session time zone UTC) with ``tables`` registered."""
     import duckdb
 
@@ -338,18 +348,16 @@ def _spark_ddl(spec: TableContract) -> str:
     return ", ".join(f"`{c.name}` {c.type}" for c in spec.columns)
 
 
-def spark_frame(spark: SparkSession, lake: Path | str, table: str) -> DataFrame:
-    """A lake table as a Spark DataFrame over its current files, typed by the contract."""
-    from deltalake import DeltaTable
-
+def spark_frame(spark: SparkSession, lake: Path | str | LakeLocation, table: str) -> DataFrame:
+    """A lake table as a Spark DataFrame over its current files, typed by the contract
+    (read through delta-rs when the files are on an object store Spark may not reach)."""
     spec = contract(table)
     ddl = _spark_ddl(spec)
-    path = _table_path(lake, table)
-    if not DeltaTable.is_deltatable(path):
+    _, dt = _open(lake, table)
+    if dt is None:
         return spark.createDataFrame([], ddl)
-    dt = DeltaTable(path)
     files = _plain_files(dt)
-    if files is None:
+    if files is None or any(_is_remote(f) for f in files):
         data = spec.conform(dt.to_pyarrow_table())
         return spark.createDataFrame(data) if data.num_rows else spark.createDataFrame([], ddl)
     if not files:
@@ -357,7 +365,7 @@ def spark_frame(spark: SparkSession, lake: Path | str, table: str) -> DataFrame:
     return spark.read.schema(ddl).parquet(*files)
 
 
-def register_spark_views(spark: SparkSession, lake: Path | str, tables: Iterable[str]) -> None:
+def register_spark_views(spark: SparkSession, lake: Path | str | LakeLocation, tables: Iterable[str]) -> None:
     """Temp views named like the lake tables (replacing same-named temp views)."""
     for table in tables:
         spark_frame(spark, lake, table).createOrReplaceTempView(table)
@@ -366,7 +374,7 @@ def register_spark_views(spark: SparkSession, lake: Path | str, tables: Iterable
 # ----------------------------------------------------------------------------- running
 
 
-def run_duckdb(lake: Path | str, name: str, **params: Any) -> pa.Table:
+def run_duckdb(lake: Path | str | LakeLocation, name: str, **params: Any) -> pa.Table:
     """Run query ``name`` over ``lake`` in an in-memory DuckDB; the result as Arrow."""
     query = load(name)
     sql = render(query, "duckdb", **params)
@@ -377,7 +385,7 @@ def run_duckdb(lake: Path | str, name: str, **params: Any) -> pa.Table:
         con.close()
 
 
-def run_spark(spark: SparkSession, lake: Path | str, name: str, **params: Any) -> DataFrame:
+def run_spark(spark: SparkSession, lake: Path | str | LakeLocation, name: str, **params: Any) -> DataFrame:
     """Query ``name`` over ``lake`` as a Spark DataFrame (temp views over current files)."""
     query = load(name)
     sql = render(query, "spark", **params)

@@ -30,6 +30,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from pipelines.lake.location import LakeLocation, lake_location
 from pipelines.lake.summary import lake_counts
 from pipelines.queries import duckdb_connection, run_duckdb
 
@@ -205,7 +206,7 @@ def _summary(con: Any, lake: Path, group: str | None) -> tuple[str, dict[str, An
     tables = _table(["table", "rows"], sorted(counts.items())) if counts else ""
     scope = (f"Group <b>{_esc(group)}</b> only." if group else "All groups.")
     body = (f'<div class="cards">{card_html}</div><p class="scope">{scope} Lake: '
-            f"<code>{_esc(lake.resolve())}</code></p>"
+            f"<code>{_esc(lake_location(lake))}</code></p>"
             f'<details><summary>Tables and groups by state</summary><div class="two-col">'
             f"{tables}{states}</div></details>")
     return body, info
@@ -653,7 +654,7 @@ def _page(title: str, meta: str, sections: list[_Section]) -> str:
             f"{_PROBE_TAIL}</body></html>\n")
 
 
-def write_report(lake: Path, out: Path, group: str | None = None) -> Path:
+def write_report(lake: Path | str | LakeLocation, out: Path, group: str | None = None) -> Path:
     """Write the HTML report of ``lake`` (or of one ``group``) to ``out``; returns ``out``.
 
     Raises ``FileNotFoundError`` when ``lake`` holds no offsetlake tables and ``ValueError``
@@ -661,8 +662,8 @@ def write_report(lake: Path, out: Path, group: str | None = None) -> Path:
     """
     from deltalake import DeltaTable
 
-    lake, out = Path(lake), Path(out)
-    if not DeltaTable.is_deltatable(str(lake / "offsets_raw")):
+    lake, out = lake_location(lake), Path(out)
+    if not DeltaTable.is_deltatable(lake.join("offsets_raw"), storage_options=lake.delta_options()):
         raise FileNotFoundError(f"{lake} holds no offsetlake lake (no offsets_raw table)")
     con = duckdb_connection(lake, _TABLES)
     try:
