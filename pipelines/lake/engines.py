@@ -8,14 +8,18 @@ is skipped, which makes replays after a crash exactly-once per table.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Protocol
 
 import pyarrow as pa
+from pyarrow.fs import FileType
 
 from pipelines.lake.contracts import TableContract
 from pipelines.lake.files import DataFile
+from pipelines.lake.keys import KeyFilter
+from pipelines.lake.location import LakeLocation, lake_location
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +65,16 @@ class DeltaRsEngine:
     name = "delta-rs"
     commits_files = True
 
-    def __init__(self, root: str | Path, storage_options: dict[str, str] | None = None) -> None:
-        self.root = Path(root)
-        self.storage_options = storage_options
+    def __init__(self, root: str | Path | LakeLocation,
+                 storage_options: dict[str, str] | None = None) -> None:
+        self.location = lake_location(root, storage_options)
+        # a Path for a local lake (callers join paths to it), the URI text otherwise
+        self.root: Path | str = (self.location.local_path if self.location.is_local
+                                 else self.location.uri)
+        self.storage_options = self.location.delta_options()
 
     def path(self, table: str) -> str:
-        return str(self.root / table)
+        return self.location.join(table)
 
     def _table(self, table: str):
         from deltalake import DeltaTable
@@ -130,17 +138,27 @@ class DeltaRsEngine:
             log.info("%s: batch %d of %s already written, skipping (vacuum removes %d unnamed files)",
                      contract.name, version, app_id, len(files))
             return False
-        for f in files:  # a task on another machine may have written to its own local disk
-            where = Path(self.path(contract.name), f.path)
-            if not where.exists() or where.stat().st_size != f.size:
-                raise FileNotFoundError(
-                    f"{where} was written by a Spark task but is not visible here: the lake must be a "
-                    "path every executor and the driver share (or use --delta-engine spark)")
+        self._check_visible(contract.name, files)
         actions = [AddAction(f.path, f.size, {}, f.modification_time, True, f.stats) for f in files]
         self._table(contract.name).create_write_transaction(
             actions, mode="append", schema=contract.arrow_schema,
             commit_properties=self._commit(app_id, version))
         return True
+
+    def _check_visible(self, table: str, files: list[DataFile]) -> None:
+        """Refuse to commit a file the driver cannot see with the size the task wrote: a
+        task on another machine may have written a "local" lake to its own disk."""
+        if not files:
+            return
+        fs = self.location.filesystem()
+        uris = [self.location.join(table, f.path) for f in files]
+        infos = fs.get_file_info([self.location.fs_path(u) for u in uris])
+        for f, uri, info in zip(files, uris, infos, strict=True):
+            if info.type != FileType.File or info.size != f.size:
+                raise FileNotFoundError(
+                    f"{uri} was written by a Spark task but is not visible here: the lake must be a "
+                    "path every executor and the driver share, or an object store (or use "
+                    "--delta-engine spark)")
 
     def merge(self, contract: TableContract, changes: pa.Table, app_id: str, version: int) -> bool:
         self.ensure(contract)
@@ -165,6 +183,8 @@ class DeltaRsEngine:
 
             schema = contract(table).arrow_schema
             return schema.empty_table().select(columns) if columns else schema.empty_table()
+        if isinstance(filter_expr, KeyFilter):
+            filter_expr = filter_expr.to_arrow()
         dataset = self._table(table).to_pyarrow_dataset()
         return dataset.to_table(columns=columns, filter=filter_expr)
 
@@ -177,95 +197,192 @@ class DeltaRsEngine:
 
 
 class SparkDeltaEngine:
-    """delta-spark: the same operations through Spark, for clusters that have Delta's jars.
+    """delta-spark: the same tables through Spark's Delta writer, for clusters with Delta's jars.
 
-    Idempotence uses Delta's own ``txnAppId``/``txnVersion`` writer options, the
-    mechanism Delta documents for ``foreachBatch``.
+    * History: written by the executors (:meth:`append_frame`, see
+      :mod:`pipelines.history.spark_writes`) with Delta's ``txnAppId``/``txnVersion``
+      writer options: Delta records a ``txn`` (SetTransaction) action in the commit and
+      skips a write whose version is not above the app's recorded one.
+    * State: MERGEs run with Delta's DML transaction confs
+      (``spark.databricks.delta.write.txnAppId``/``txnVersion``), the same ``txn`` action and
+      the same skip; the merge condition and the reads are restricted to the batch's
+      changed keys (:class:`~pipelines.lake.keys.KeyFilter`) so Delta skips the other files.
+    * "Is batch N of app A in table T?" reads the ``txn`` action from T's log (delta-rs'
+      ``transaction_version``, a log-only read), so a lake written by either engine is
+      recognised by the other: both write Delta's standard action.
     """
 
     name = "delta-spark"
     commits_files = False  # delta-spark has no API to commit files it did not write
 
-    def __init__(self, spark, root: str | Path) -> None:
+    def __init__(self, spark, root: str | Path | LakeLocation,
+                 storage_options: dict[str, str] | None = None) -> None:
         self.spark = spark
-        self.root = Path(root)
+        self.location = lake_location(root, storage_options)
+        self.root: Path | str = (self.location.local_path if self.location.is_local
+                                 else self.location.uri)
 
     def path(self, table: str) -> str:
-        return str(self.root / table)
+        return self.location.join(table)
+
+    def spark_path(self, table: str) -> str:
+        """The table's path as Spark's Hadoop filesystems name it (``s3a://`` for S3)."""
+        return spark_uri(self.path(table))
 
     def exists(self, table: str) -> bool:
         from delta.tables import DeltaTable
 
-        return DeltaTable.isDeltaTable(self.spark, self.path(table))
+        return DeltaTable.isDeltaTable(self.spark, self.spark_path(table))
 
-    def _df(self, contract: TableContract, data: pa.Table):
-        return self.spark.createDataFrame(contract.conform(data))
+    def _df(self, contract: TableContract, data: pa.Table, schema: pa.Schema | None = None):
+        return self.spark.createDataFrame(contract.conform(data, schema))
 
     def ensure(self, contract: TableContract) -> None:
         if self.exists(contract.name):
             return
         from delta.tables import DeltaTable
 
-        builder = DeltaTable.createIfNotExists(self.spark).location(self.path(contract.name))
+        builder = DeltaTable.createIfNotExists(self.spark).location(self.spark_path(contract.name))
         builder = builder.comment(contract.description)
         for c in contract.columns:
             builder = builder.addColumn(c.name, c.type, nullable=c.nullable, comment=c.comment)
         builder.execute()
 
     def commit_files(self, contract: TableContract, files: list[DataFile], app_id: str, version: int) -> bool:
-        raise NotImplementedError("delta-spark commits only files it writes itself; use append()")
+        raise NotImplementedError("delta-spark commits only files it writes itself; use append_frame()")
 
     def committed(self, table: str, app_id: str, version: int) -> bool:
-        if not self.exists(table):
+        done = transaction_version(self.path(table), app_id, self.location.delta_options())
+        return done is not None and done >= version
+
+    def append_frame(self, contract: TableContract, frame, app_id: str, version: int) -> bool:
+        """Append a DataFrame from the executors; False when the batch was already in."""
+        self.ensure(contract)
+        if self.committed(contract.name, app_id, version):
+            log.info("%s: batch %d of %s already written, skipping", contract.name, version, app_id)
             return False
-        rows = self.spark.sql(f"DESCRIBE HISTORY delta.`{self.path(table)}`").select(
-            "operationParameters", "userMetadata").collect()
-        marker = f"{app_id}:{version}"
-        return any(r["userMetadata"] and marker in r["userMetadata"].split(",") for r in rows)
+        (frame.write.format("delta").mode("append")
+         .options(**idempotent_write_options(app_id, version))
+         .save(self.spark_path(contract.name)))
+        return True
 
     def append(self, contract: TableContract, data: pa.Table, app_id: str, version: int) -> bool:
-        self.ensure(contract)
-        (self._df(contract, data).write.format("delta").mode("append")
-         .option("txnAppId", app_id).option("txnVersion", version)
-         .option("userMetadata", f"{app_id}:{version}")
-         .save(self.path(contract.name)))
-        return True
+        return self.append_frame(contract, self._df(contract, data), app_id, version)
 
     def merge(self, contract: TableContract, changes: pa.Table, app_id: str, version: int) -> bool:
         from delta.tables import DeltaTable
 
         self.ensure(contract)
         if self.committed(contract.name, app_id, version):
+            log.info("%s: batch %d of %s already merged, skipping", contract.name, version, app_id)
             return False
         source = self.spark.createDataFrame(
             contract.conform(changes, contract.change_schema).append_column(OP, changes.column(OP)))
         cols = {c: f"s.{c}" for c in contract.column_names}
-        self.spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", f"{app_id}:{version}")
-        try:
-            (DeltaTable.forPath(self.spark, self.path(contract.name)).alias("t")
-             .merge(source.alias("s"), _key_predicate(contract.key))
+        condition = merge_condition(contract.key, changed_keys(changes, contract.key))
+        with dml_transaction(self.spark, app_id, version):
+            (DeltaTable.forPath(self.spark, self.spark_path(contract.name)).alias("t")
+             .merge(source.alias("s"), condition)
              .whenMatchedDelete(f"s.{OP} = 'delete'")
              .whenMatchedUpdate(f"s.{OP} = 'upsert'", set=cols)
              .whenNotMatchedInsert(f"s.{OP} = 'upsert'", values=cols)
              .execute())
-        finally:
-            self.spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
         return True
 
     def read(self, table: str, columns: list[str] | None = None, filter_expr=None) -> pa.Table:
-        if not self.exists(table):
-            from pipelines.lake.contracts import contract
+        """Rows of ``table``; a :class:`~pipelines.lake.keys.KeyFilter` is pushed into the
+        scan (Delta file skipping), a pyarrow expression is applied after reading."""
+        from pipelines.lake.contracts import contract
 
-            return contract(table).arrow_schema.empty_table()
-        df = self.spark.read.format("delta").load(self.path(table))
-        if columns:
+        schema = contract(table).arrow_schema
+        if not self.exists(table):
+            return schema.empty_table().select(columns) if columns else schema.empty_table()
+        df = self.spark.read.format("delta").load(self.spark_path(table))
+        if isinstance(filter_expr, KeyFilter):
+            df = df.where(filter_expr.to_sql())
+            filter_expr = None
+        if columns and filter_expr is None:
             df = df.select(*columns)
-        table_ = df.toArrow()
-        return table_.filter(filter_expr) if filter_expr is not None else table_
+        data = df.toArrow()
+        if filter_expr is not None:
+            data = data.filter(filter_expr)
+            if columns:
+                data = data.select(columns)
+        wanted = pa.schema([schema.field(n) for n in data.column_names])
+        return data.cast(wanted) if data.schema != wanted else data
 
     def overwrite(self, contract: TableContract, data: pa.Table) -> None:
         (self._df(contract, data).write.format("delta").mode("overwrite")
-         .option("overwriteSchema", "true").save(self.path(contract.name)))
+         .option("overwriteSchema", "true").save(self.spark_path(contract.name)))
+
+
+def spark_uri(uri: str) -> str:
+    """``s3://`` as Spark's S3A connector names it; other schemes and paths unchanged."""
+    return "s3a://" + uri[len("s3://"):] if uri.startswith("s3://") else uri
+
+
+def transaction_version(table_uri: str, app_id: str, storage_options: dict[str, str] | None = None
+                        ) -> int | None:
+    """The last version ``app_id`` recorded in the table's Delta log (its ``txn`` action),
+    None when the table or the app has none. Reads the log only, whichever engine wrote it."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(table_uri, storage_options=storage_options):
+        return None
+    return DeltaTable(table_uri, storage_options=storage_options).transaction_version(app_id)
+
+
+def idempotent_write_options(app_id: str, version: int) -> dict[str, str]:
+    """Delta's DataFrameWriter options that make an append happen at most once per
+    ``(app_id, version)``: Delta records them as the commit's ``txn`` action."""
+    return {"txnAppId": app_id, "txnVersion": str(int(version))}
+
+
+#: Delta's session confs making the next DML (MERGE/UPDATE/DELETE) idempotent (delta-io/delta#1555).
+DML_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+DML_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+
+@contextlib.contextmanager
+def dml_transaction(spark, app_id: str, version: int):
+    """Run a DML with Delta's transaction confs set, and restore what was there before."""
+    conf = spark.conf
+    before = {k: conf.get(k, None) for k in (DML_TXN_APP_ID, DML_TXN_VERSION)}
+    conf.set(DML_TXN_APP_ID, app_id)
+    conf.set(DML_TXN_VERSION, str(int(version)))
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                conf.unset(key)
+            else:
+                conf.set(key, value)
+
+
+def changed_keys(changes: pa.Table, key: tuple[str, ...]) -> KeyFilter:
+    """The keys a change set touches."""
+    cols = [changes.column(k).to_pylist() for k in key]
+    return KeyFilter.of(key, zip(*cols, strict=True))
+
+
+#: Above this many distinct pushed keys the target-side predicate stops paying for itself.
+MAX_PUSHED_KEYS = 10_000
+
+
+def merge_condition(key: tuple[str, ...], keys: KeyFilter) -> str:
+    """``t.k = s.k AND ...``, plus the target restricted to the batch's values of the key's
+    first two columns (cluster, group), which lets Delta skip every file holding none of
+    them. The extra condition only excludes target rows that no source row matches (a
+    matching row has the source row's values), so the MERGE's result is the same."""
+    condition = _key_predicate(key)
+    if len(key) < 2 or not keys.keys:
+        return condition
+    pushed = key[:2]
+    values = {k[:2] for k in keys.keys}
+    if len(values) > MAX_PUSHED_KEYS:
+        return condition
+    return f"{condition} AND {KeyFilter.of(pushed, values).to_sql(alias='t')}"
 
 
 def make_engine(kind: str, root: str | Path, spark=None,
@@ -275,5 +392,5 @@ def make_engine(kind: str, root: str | Path, spark=None,
     if kind in ("spark", "delta-spark"):
         if spark is None:
             raise ValueError("the delta-spark engine needs a SparkSession with Delta's jars")
-        return SparkDeltaEngine(spark, root)
+        return SparkDeltaEngine(spark, root, storage_options)
     raise ValueError(f"unknown Delta engine {kind!r}: use delta-rs or spark")
