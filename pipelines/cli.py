@@ -278,6 +278,31 @@ def cmd_report(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- parser
 
 
+def package_version() -> str:
+    """The installed distribution's version (the wheel's metadata, also inside a --py-files zip)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("offsetlake")
+    except PackageNotFoundError:
+        return "unknown (not installed as a distribution)"
+
+
+def check_schemas() -> None:
+    """Load the record formats and table contracts before any work, or stop with one line.
+
+    Without them every record would decode as ``unknown_type`` and the command exit 0.
+    """
+    from pipelines.decode.formats import MissingSchemas, record_formats
+    from pipelines.lake.contracts import contracts
+
+    try:
+        record_formats()
+        contracts()
+    except MissingSchemas as exc:
+        raise UserError(f"broken installation: {exc}") from exc
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="offsetlake",
@@ -285,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "coordinator's current state, and reconciliation with the live cluster.")
     parser.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"),
                         help="logging level (env OFFSETLAKE_LOG_LEVEL; default INFO)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("decode", help="print every record of segment files as JSON lines",
@@ -394,6 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if level <= logging.DEBUG:
         os.environ.setdefault("OFFSETLAKE_SPARK_LOG_LEVEL", "WARN")
     try:
+        check_schemas()
         return args.func(args)
     except UserError as exc:
         print(f"offsetlake {args.command}: error: {exc}", file=sys.stderr)

@@ -12,14 +12,47 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
-from typing import Any
+from importlib import resources
+from typing import TYPE_CHECKING, Any
 
 from pipelines.decode import wire
 from pipelines.decode.wire import WireError
 
-SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
-RECORDS_DIR = SCHEMAS_DIR / "records"
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+# schemas/ at the top of the repository, installed as this package (pyproject.toml): read
+# through importlib.resources, so a wheel, an editable install and a --py-files zip all work.
+SCHEMAS_PACKAGE = "pipelines.schemas"
+
+
+class MissingSchemas(RuntimeError):
+    """The record formats or table contracts the package ships are not there (a broken
+    install or build). Raised before any work: decoding without them would call every
+    record ``unknown_type`` and exit 0."""
+
+
+def schema_dir(kind: str) -> Traversable:
+    """``schemas/<kind>`` (``records`` or ``tables``) as shipped inside the package."""
+    try:
+        root = resources.files(SCHEMAS_PACKAGE)
+    except ModuleNotFoundError as exc:
+        raise MissingSchemas(f"the package {SCHEMAS_PACKAGE} is not installed beside pipelines "
+                             "(a build without schemas/): reinstall offsetlake") from exc
+    return root / kind
+
+
+def schema_files(directory: Traversable, pattern: str = ".json") -> list[Traversable]:
+    """The ``*.json`` files of ``directory`` sorted by name; MissingSchemas when there are none."""
+    if not directory.is_dir():
+        raise MissingSchemas(f"{directory} is missing: offsetlake was built or installed without "
+                             "its schemas (reinstall it; a build must include pipelines.schemas)")
+    files = sorted((f for f in directory.iterdir() if f.is_file() and f.name.endswith(pattern)),
+                   key=lambda f: f.name)
+    if not files:
+        raise MissingSchemas(f"{directory} holds no *{pattern} files: offsetlake was built or "
+                             "installed without its schemas (reinstall it)")
+    return files
 
 Decoder = Callable[[bytes, int], tuple[Any, int]]
 Encoder = Callable[[bytearray, Any], None]
@@ -368,18 +401,42 @@ def _parse_record(raw: dict) -> RecordFormat:
     )
 
 
+def load_record_formats(directory: Traversable) -> dict[int, RecordFormat]:
+    """The record formats of one directory (``NN_name.json`` files), checked for gaps.
+
+    Kafka numbers coordinator record types 0, 1, 2, ...; a hole in the numbering means a
+    file went missing, and its records would decode as ``unknown_type``: refuse instead.
+    """
+    formats = {}
+    for path in schema_files(directory):
+        if not (path.name[:2].isdigit() and path.name[2:3] == "_"):
+            continue  # consumer_protocol.json and other helpers
+        fmt = _parse_record(json.loads(path.read_text(encoding="utf-8")))
+        formats[fmt.record_type] = fmt
+    if not formats:
+        raise MissingSchemas(f"{directory} holds no record formats (NN_name.json)")
+    missing = sorted(set(range(max(formats) + 1)) - set(formats))
+    if missing:
+        raise MissingSchemas(f"record formats for types {missing} are missing from {directory}")
+    return formats
+
+
 @cache
 def record_formats() -> dict[int, RecordFormat]:
     """Every known record type, keyed by its int16 number."""
-    formats = {}
-    for path in sorted(RECORDS_DIR.glob("[0-9][0-9]_*.json")):
-        fmt = _parse_record(json.loads(path.read_text()))
-        formats[fmt.record_type] = fmt
-    return formats
+    return load_record_formats(schema_dir("records"))
+
+
+@cache
+def _consumer_protocol() -> dict:
+    path = schema_dir("records") / "consumer_protocol.json"
+    if not path.is_file():
+        raise MissingSchemas(f"{path} is missing: offsetlake was built without its schemas")
+    return json.loads(path.read_text(encoding="utf-8"))["structs"]
 
 
 @cache
 def embedded_struct(name: str) -> tuple[Versions, tuple[FieldSpec, ...]]:
     """A consumer-protocol struct (subscription/assignment) from consumer_protocol.json."""
-    raw = json.loads((RECORDS_DIR / "consumer_protocol.json").read_text())["structs"][name]
+    raw = _consumer_protocol()[name]
     return Versions.parse(raw["versions"]), tuple(FieldSpec.parse(f, {}) for f in raw["fields"])

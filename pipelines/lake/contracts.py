@@ -11,12 +11,14 @@ import json
 import re
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from pipelines.decode.formats import SCHEMAS_DIR
+from pipelines.decode.formats import MissingSchemas, schema_dir, schema_files
 
-TABLES_DIR = SCHEMAS_DIR / "tables"
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 _SIMPLE = {
     "string": pa.string(),
@@ -80,11 +82,11 @@ class TableContract:
         return pa.Table.from_arrays(arrays, schema=schema)
 
 
-@cache
-def contracts() -> dict[str, TableContract]:
+def load_contracts(directory: Traversable) -> dict[str, TableContract]:
+    """The table contracts of one directory; MissingSchemas when it is missing or empty."""
     out = {}
-    for path in sorted(TABLES_DIR.glob("*.json")):
-        raw = json.loads(path.read_text())
+    for path in schema_files(directory):
+        raw = json.loads(path.read_text(encoding="utf-8"))
         out[raw["name"]] = TableContract(
             name=raw["name"],
             kind=raw["kind"],
@@ -96,8 +98,17 @@ def contracts() -> dict[str, TableContract]:
     return out
 
 
+@cache
+def contracts() -> dict[str, TableContract]:
+    """Every table contract shipped in the package (``schemas/tables``), keyed by table name."""
+    return load_contracts(schema_dir("tables"))
+
+
 def contract(name: str) -> TableContract:
-    return contracts()[name]
+    try:
+        return contracts()[name]
+    except KeyError:
+        raise MissingSchemas(f"no table contract {name!r} in {schema_dir('tables')}") from None
 
 
 _TOKEN = re.compile(r"\s*([<>,:]|[A-Za-z_][A-Za-z0-9_]*)")

@@ -1,0 +1,68 @@
+"""The project as users get it: the built wheel, installed in a virtualenv outside the checkout.
+
+Installing the wheel's 1.3 GB of dependencies again would take minutes, so the fresh
+virtualenv gets a ``.pth`` line naming the test interpreter's site-packages: a path in a
+``.pth`` file is added to ``sys.path``, but the ``.pth`` files inside it (the editable
+install's finder among them) are not processed, so ``pipelines`` imports only from the wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import venv
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from tests.conftest import REPO
+
+
+@dataclass(frozen=True)
+class WheelInstall:
+    wheel: Path  # the built .whl (also usable as a zip on sys.path / --py-files)
+    python: Path  # the fresh virtualenv's interpreter
+    bin_dir: Path  # where its console scripts (offsetlake) are
+    site_packages: Path  # where the wheel was installed
+
+    @property
+    def offsetlake(self) -> Path:
+        return self.bin_dir / "offsetlake"
+
+
+def build_wheel(out_dir: Path) -> Path:
+    """``pip wheel --no-deps`` of the checkout, as a user or CI builds it."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out_dir),
+                    str(REPO)], check=True, capture_output=True, text=True, timeout=300)
+    wheels = sorted(out_dir.glob("offsetlake-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+@cache
+def installed_wheel(root: Path) -> WheelInstall:
+    """Build the wheel and install it into a new virtualenv under ``root`` (once per run)."""
+    wheel = build_wheel(root / "dist")
+    env_dir = root / "venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    # pip of the test interpreter installs into the new environment; the .pth comes after,
+    # so pip sees no other offsetlake there.
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+                    "--no-index", "-q", str(wheel)],
+                   check=True, capture_output=True, text=True, timeout=300)
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "offsetlake_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return WheelInstall(wheel=wheel, python=python, bin_dir=env_dir / "bin", site_packages=site)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without anything pointing back at the checkout or a Spark session."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
+           and not k.startswith(("PYSPARK_", "SPARK_", "OFFSETLAKE_"))}
+    env.update(extra)
+    return env
