@@ -1,44 +1,236 @@
-"""One place that builds SparkSessions the way this project needs them (see PLATFORM.md)."""
+"""One place that builds SparkSessions the way this project needs them (see PLATFORM.md).
+
+Settings the user gave Spark (``--conf``, ``--master``, ``--driver-memory`` given to
+spark-submit or in ``PYSPARK_SUBMIT_ARGS``, ``spark-defaults.conf`` in ``SPARK_CONF_DIR``
+or ``SPARK_HOME/conf``, ``SPARK_DRIVER_MEMORY``, an already running SparkContext) are
+never overridden. Laptop-sized defaults (few shuffle partitions, no UI, a quiet log,
+driver memory) apply only to a local master; on a cluster the cluster's settings rule.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import shlex
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+LOCAL_MASTER = "local[2]"
+
+# What the job relies on, on any master, unless the user chose otherwise.
+GENERAL_DEFAULTS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.python.worker.reuse": "true",
+}
+# Laptop-sized settings: only for a local master, only where the user set nothing.
+LOCAL_DEFAULTS = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+    # micro-batches come to the driver as Arrow: give its JVM room for ~1M-record batches
+    "spark.driver.memory": "4g",
+    "spark.driver.maxResultSize": "0",
+}
+LOCAL_LOG_LEVEL = "FATAL"  # failures reach the user as our own one-line errors
+# log4j2 settings for a quiet JVM start (Spark's default profile announces itself, and its
+# "default log level" notice, printed when the root level is not WARN, and the native Hadoop
+# warning come before any setLogLevel can act); written at session start
+QUIET_LOG4J = Path(os.environ.get("TMPDIR", "/tmp")) / "offsetlake-log4j2-quiet.properties"
+QUIET_LOG4J_TEXT = """rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+"""
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """What :func:`spark_session` gives the builder: a master (None: keep the user's),
+    settings, and a log level to set once the session runs (None: keep the user's)."""
+
+    master: str | None
+    conf: dict[str, str] = field(default_factory=dict)
+    log_level: str | None = None
+
+
+def is_local_master(master: str | None) -> bool:
+    return bool(master) and master.strip().startswith("local")
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    """A Spark properties file (``key value`` or ``key=value`` lines, ``#`` comments)."""
+    out = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        parts = re.split(r"\s*[=:\s]\s*", line, maxsplit=1)
+        out[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
+    return out
+
+
+def _spark_home(env: Mapping[str, str]) -> Path:
+    if env.get("SPARK_HOME"):
+        return Path(env["SPARK_HOME"])
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def submit_conf(env: Mapping[str, str]) -> dict[str, str]:
+    """The settings the spark-submit that pyspark launches will see: ``PYSPARK_SUBMIT_ARGS``,
+    its properties file or ``spark-defaults.conf``, and ``SPARK_DRIVER_MEMORY``."""
+    conf: dict[str, str] = {}
+    args = shlex.split(env.get("PYSPARK_SUBMIT_ARGS", ""))
+    properties_file = None
+    given: dict[str, str] = {}
+    options = {"--master": "spark.master", "--driver-memory": "spark.driver.memory",
+               "--name": "spark.app.name", "--deploy-mode": "spark.submit.deployMode"}
+    i = 0
+    while i < len(args):
+        arg, value = args[i], args[i + 1] if i + 1 < len(args) else ""
+        name, eq, inline = arg.partition("=")
+        if eq and name in (*options, "--conf", "--properties-file"):
+            arg, value, step = name, inline, 1
+        else:
+            step = 2
+        if arg in ("--conf", "-c") and "=" in value:
+            key, val = value.split("=", 1)
+            given[key] = val
+        elif arg in options:
+            given[options[arg]] = value
+        elif arg == "--properties-file":
+            properties_file = Path(value)
+        else:
+            step = 1
+        i += step
+    conf_dir = Path(env["SPARK_CONF_DIR"]) if env.get("SPARK_CONF_DIR") \
+        else _spark_home(env) / "conf"
+    defaults = properties_file or conf_dir / "spark-defaults.conf"
+    if defaults.is_file():
+        conf.update(_read_properties(defaults))
+    if env.get("SPARK_DRIVER_MEMORY"):
+        conf["spark.driver.memory"] = env["SPARK_DRIVER_MEMORY"]
+    conf.update(given)  # the command line wins over files, as in spark-submit
+    return conf
+
+
+def _user_log_config(env: Mapping[str, str]) -> bool:
+    """Whether the user configured Spark's logging with a log4j2 file of their own."""
+    conf_dir = Path(env["SPARK_CONF_DIR"]) if env.get("SPARK_CONF_DIR") \
+        else _spark_home(env) / "conf"
+    return (conf_dir / "log4j2.properties").is_file() or (conf_dir / "log4j2.xml").is_file()
+
+
+def session_settings(user_conf: Mapping[str, str], *, master: str | None = None,
+                     jvm_running: bool = False, delta_spark: bool = False,
+                     extra_conf: Mapping[str, str] | None = None,
+                     env: Mapping[str, str] | None = None) -> SessionSettings:
+    """Decide the builder's settings from the user's (pure: no JVM, no environment writes).
+
+    ``user_conf``: what the user gave Spark (never overridden). ``master``: the caller's
+    explicit choice. ``jvm_running``: the JVM already exists (spark-submit started this
+    process, or a context runs), so launch-time settings such as driver memory are moot.
+    ``extra_conf``: settings the calling code requires (applied as given).
+    """
+    env = os.environ if env is None else env
+    chosen = master
+    if chosen is None and not jvm_running:  # under spark-submit its --master stands
+        chosen = env.get("OFFSETLAKE_SPARK_MASTER") or None
+        if chosen is None and "spark.master" not in user_conf:
+            chosen = LOCAL_MASTER
+    effective = chosen or user_conf.get("spark.master") or LOCAL_MASTER
+    local = is_local_master(effective)
+
+    defaults = dict(GENERAL_DEFAULTS)
+    if local:
+        defaults.update(LOCAL_DEFAULTS)
+    quiet = env.get("OFFSETLAKE_SPARK_QUIET", "true") != "false"  # `offsetlake --verbose`: not
+    if quiet:
+        defaults["spark.ui.showConsoleProgress"] = "false"
+        if not jvm_running and not env.get("OFFSETLAKE_SPARK_LOG_LEVEL") \
+                and not _user_log_config(env):  # no JVM start-up banner or native-hadoop warning
+            defaults["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={QUIET_LOG4J}"
+    if env.get("OFFSETLAKE_SPARK_DRIVER_MEMORY"):  # the user's, through our own variable
+        defaults["spark.driver.memory"] = env["OFFSETLAKE_SPARK_DRIVER_MEMORY"]
+    if jvm_running:
+        defaults.pop("spark.driver.memory", None)
+    conf = {k: v for k, v in defaults.items() if k not in user_conf}
+    if delta_spark:
+        extensions = [e.strip() for e in user_conf.get("spark.sql.extensions", "").split(",")
+                      if e.strip()]
+        if DELTA_EXTENSION not in extensions:
+            conf["spark.sql.extensions"] = ",".join([*extensions, DELTA_EXTENSION])
+        if "spark.sql.catalog.spark_catalog" not in user_conf:
+            conf["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
+    conf.update(extra_conf or {})
+
+    log_level = env.get("OFFSETLAKE_SPARK_LOG_LEVEL")
+    if log_level is None and local and "spark.log.level" not in user_conf \
+            and not _user_log_config(env):
+        log_level = LOCAL_LOG_LEVEL
+    return SessionSettings(master=chosen if chosen != user_conf.get("spark.master") else None,
+                           conf=conf, log_level=log_level)
+
+
+def user_spark_conf(env: Mapping[str, str] | None = None) -> tuple[dict[str, str], bool]:
+    """``(settings the user gave Spark, whether the JVM already runs)``.
+
+    A running context or a JVM that spark-submit started (``PYSPARK_GATEWAY_PORT``) already
+    holds every ``--conf`` and ``spark-defaults.conf`` setting; otherwise they are read the
+    way the spark-submit that pyspark is about to launch will read them.
+    """
+    env = os.environ if env is None else env
+    from pyspark import SparkConf, SparkContext
+
+    active = SparkContext._active_spark_context
+    if active is not None:
+        return dict(active.getConf().getAll()), True
+    if "PYSPARK_GATEWAY_PORT" in env:
+        return dict(SparkConf().getAll()), True  # loads the JVM's spark.* system properties
+    return submit_conf(env), False
 
 
 def spark_session(app_name: str = "offsetlake", master: str | None = None, delta_spark: bool = False,
                   extra_conf: dict[str, str] | None = None):
-    """A SparkSession; local[2] unless a master is given or spark-submit already set one."""
+    """A SparkSession with the user's settings untouched.
+
+    The master: ``master`` if given; under spark-submit, its ``--master``; else
+    ``OFFSETLAKE_SPARK_MASTER``, else ``PYSPARK_SUBMIT_ARGS``' or spark-defaults'
+    ``spark.master``, else local[2].
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    user_conf, jvm_running = user_spark_conf()
+    settings = session_settings(user_conf, master=master, jvm_running=jvm_running,
+                                delta_spark=delta_spark, extra_conf=extra_conf)
+    if str(QUIET_LOG4J) in settings.conf.get("spark.driver.extraJavaOptions", ""):
+        QUIET_LOG4J.write_text(QUIET_LOG4J_TEXT)
     builder = SparkSession.builder.appName(app_name)
-    # Under spark-submit the JVM started this process (PYSPARK_GATEWAY_PORT is set) and the
-    # master comes from spark-submit; standalone runs default to local Spark.
-    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master(master or os.environ.get("OFFSETLAKE_SPARK_MASTER", "local[2]"))
-    conf = {
-        "spark.sql.shuffle.partitions": "4",
-        "spark.ui.enabled": "false",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.python.worker.reuse": "true",
-        # micro-batches come to the driver as Arrow: give its JVM room for ~1M-record batches
-        "spark.driver.memory": os.environ.get("OFFSETLAKE_SPARK_DRIVER_MEMORY", "4g"),
-        "spark.driver.maxResultSize": "0",
-    }
-    if delta_spark:
-        conf["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
-        conf["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-    conf.update(extra_conf or {})
-    for key, value in conf.items():
+    if settings.master:
+        builder = builder.master(settings.master)
+    for key, value in settings.conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    # Failures reach the user through our own one-line errors; Spark's JVM traces only
-    # with OFFSETLAKE_SPARK_LOG_LEVEL=WARN (or lower).
-    spark.sparkContext.setLogLevel(os.environ.get("OFFSETLAKE_SPARK_LOG_LEVEL", "FATAL"))
+    if settings.log_level:
+        spark.sparkContext.setLogLevel(settings.log_level)
+    log.debug("Spark session: master %s, %d settings of ours, user's kept: %s",
+              spark.sparkContext.master, len(settings.conf), sorted(user_conf))
     return spark
 
 

@@ -1,0 +1,135 @@
+"""Session settings: laptop defaults only on a local master, never over a user's setting."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.spark import (
+    DELTA_CATALOG,
+    DELTA_EXTENSION,
+    GENERAL_DEFAULTS,
+    LOCAL_DEFAULTS,
+    session_settings,
+    submit_conf,
+)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """An environment whose Spark conf dir is empty (no spark-defaults.conf, no log4j2)."""
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    return {"SPARK_CONF_DIR": str(conf_dir)}
+
+
+def test_local_master_gets_every_default(env: dict[str, str]) -> None:
+    s = session_settings(submit_conf(env), env=env)
+    assert s.master == "local[2]"
+    assert s.conf == {**GENERAL_DEFAULTS, **LOCAL_DEFAULTS}
+    assert s.log_level == "FATAL"
+
+
+def test_spark_defaults_conf_and_submit_args_are_kept(env: dict[str, str]) -> None:
+    Path(env["SPARK_CONF_DIR"], "spark-defaults.conf").write_text(
+        "# a user's cluster-wide settings\n"
+        "spark.sql.shuffle.partitions   64\n"
+        "spark.driver.maxResultSize=2g\n"
+        "spark.sql.session.timeZone Europe/Paris\n")
+    env["PYSPARK_SUBMIT_ARGS"] = ("--conf spark.ui.enabled=true --driver-memory 1g "
+                                  "--conf=spark.sql.shuffle.partitions=8 pyspark-shell")
+    user = submit_conf(env)
+    assert user["spark.sql.shuffle.partitions"] == "8"  # the command line wins over the file
+    assert user["spark.driver.memory"] == "1g"
+    s = session_settings(user, env=env)
+    for key in ("spark.sql.shuffle.partitions", "spark.driver.maxResultSize", "spark.ui.enabled",
+                "spark.driver.memory", "spark.sql.session.timeZone"):
+        assert key not in s.conf, key
+    assert s.conf == {"spark.sql.execution.arrow.pyspark.enabled": "true",
+                      "spark.python.worker.reuse": "true"}
+    assert s.master == "local[2]" and s.log_level == "FATAL"
+
+
+def test_cluster_master_gets_no_laptop_defaults(env: dict[str, str]) -> None:
+    env["PYSPARK_SUBMIT_ARGS"] = "--master spark://10.0.0.5:7077 pyspark-shell"
+    s = session_settings(submit_conf(env), env=env)
+    assert s.master is None  # the user's master stands
+    assert not set(LOCAL_DEFAULTS) & set(s.conf)
+    assert s.conf == GENERAL_DEFAULTS
+    assert s.log_level is None
+
+
+def test_under_spark_submit_its_master_stands(env: dict[str, str]) -> None:
+    """spark-submit started the JVM: no master of ours, driver memory is moot."""
+    env["OFFSETLAKE_SPARK_MASTER"] = "local[4]"
+    s = session_settings({"spark.master": "spark://127.0.0.1:7077"}, jvm_running=True, env=env)
+    assert s.master is None
+    assert s.conf == GENERAL_DEFAULTS and s.log_level is None
+    local = session_settings({"spark.master": "local[3]", "spark.ui.enabled": "true"},
+                             jvm_running=True, env=env)
+    assert local.master is None
+    assert "spark.driver.memory" not in local.conf and "spark.ui.enabled" not in local.conf
+    assert local.conf["spark.sql.shuffle.partitions"] == "4"
+
+
+def test_explicit_master_and_offsetlake_env(env: dict[str, str]) -> None:
+    env["OFFSETLAKE_SPARK_MASTER"] = "spark://127.0.0.1:7077"
+    s = session_settings({}, env=env)
+    assert s.master == "spark://127.0.0.1:7077" and "spark.ui.enabled" not in s.conf
+    assert session_settings({}, master="local[1]", env=env).master == "local[1]"
+    env["OFFSETLAKE_SPARK_DRIVER_MEMORY"] = "6g"
+    env["OFFSETLAKE_SPARK_LOG_LEVEL"] = "WARN"
+    s = session_settings({}, env=env)
+    assert s.conf["spark.driver.memory"] == "6g" and s.log_level == "WARN"
+    assert "spark.driver.memory" not in session_settings({"spark.driver.memory": "2g"}, env=env).conf
+
+
+def test_user_log4j_config_keeps_its_level(env: dict[str, str]) -> None:
+    Path(env["SPARK_CONF_DIR"], "log4j2.properties").write_text("rootLogger.level = info\n")
+    assert session_settings({}, env=env).log_level is None
+    assert session_settings({"spark.log.level": "INFO"}, env={}).log_level is None
+
+
+def test_delta_extension_joins_the_users_extensions(env: dict[str, str]) -> None:
+    s = session_settings({"spark.sql.extensions": "com.example.Ext"}, delta_spark=True, env=env)
+    assert s.conf["spark.sql.extensions"] == f"com.example.Ext,{DELTA_EXTENSION}"
+    assert s.conf["spark.sql.catalog.spark_catalog"] == DELTA_CATALOG
+    kept = session_settings({"spark.sql.extensions": DELTA_EXTENSION,
+                             "spark.sql.catalog.spark_catalog": "com.example.Catalog"},
+                            delta_spark=True, env=env)
+    assert "spark.sql.extensions" not in kept.conf
+    assert "spark.sql.catalog.spark_catalog" not in kept.conf
+
+
+_PROBE = """
+import json
+from pipelines.spark import spark_session
+spark = spark_session("probe")
+keys = ["spark.sql.shuffle.partitions", "spark.ui.enabled", "spark.driver.maxResultSize",
+        "spark.driver.memory", "spark.sql.session.timeZone"]
+print(json.dumps({k: spark.sparkContext.getConf().get(k) for k in keys}))
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_real_session_keeps_users_settings(env: dict[str, str], tmp_path: Path) -> None:
+    """A real JVM launched by pyspark: --conf and spark-defaults.conf values survive."""
+    Path(env["SPARK_CONF_DIR"], "spark-defaults.conf").write_text("spark.driver.maxResultSize 1g\n")
+    run_env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYSPARK_", "SPARK_", "OFFSETLAKE_SPARK"))}
+    run_env.update(env)
+    run_env["PYSPARK_SUBMIT_ARGS"] = ("--conf spark.sql.shuffle.partitions=7 "
+                                      "--conf spark.ui.enabled=true pyspark-shell")
+    out = subprocess.run([sys.executable, "-c", _PROBE], cwd=tmp_path, env=run_env,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"spark.sql.shuffle.partitions": "7", "spark.ui.enabled": "true",
+                   "spark.driver.maxResultSize": "1g", "spark.driver.memory": "4g",
+                   "spark.sql.session.timeZone": "UTC"}
