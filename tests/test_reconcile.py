@@ -345,14 +345,14 @@ def test_every_class_on_synthetic_lake(tmp_path: Path) -> None:
     expected_offsets = {
         (g["match"], "orders", 0): "match",
         (g["match"], "payments", 0): "missing_in_lake",
-        (g["match"], "secret", 0): "fetch_error",
+        (g["match"], "secret", 0): "not_authorized",  # TOPIC_AUTHORIZATION_FAILED (issue 14)
         (g["mismatch"], "orders", 0): "offset_mismatch",
         (g["mismatch"], "orders", 1): "leader_epoch_mismatch",
         (g["mismatch"], "orders", 2): "metadata_mismatch",
         (g["mismatch"], "payments", 0): "missing_on_broker",
         (g["tomb"], "orders", 0): "group_tombstoned",
-        (g["denied"], "orders", 0): "fetch_error",
-        (g["denied"], "orders", 1): "fetch_error",
+        (g["denied"], "orders", 0): "not_authorized",  # GROUP_AUTHORIZATION_FAILED
+        (g["denied"], "orders", 1): "not_authorized",
         (g["txn"], "orders", 0): "open_transaction",
         (g["ahead"], "orders", 0): "lake_ahead",
         (g["behind"], "orders", 0): "lake_behind",
@@ -447,9 +447,16 @@ def test_cli_options_become_typed_client_settings() -> None:
 
     assert _client_config({"request.timeout.ms": "5000", "timeout_s": "2.5",
                            "ssl_check_hostname": "false", "max_retries": "3",
-                           "sasl_plain_password": "12345", "security.protocol": "SSL"}) == {
+                           "sasl.mechanism": "SCRAM-SHA-512", "sasl.plain.username": "u",
+                           "sasl_plain_password": "12345", "security.protocol": "SASL_SSL"}) == {
         "request_timeout_ms": 5000, "timeout_s": 2.5, "ssl_check_hostname": False,
-        "max_retries": 3, "sasl_plain_password": "12345", "security_protocol": "SSL"}
+        "max_retries": 3, "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "u",
+        "sasl_plain_password": "12345", "security_protocol": "SASL_SSL"}
+    # issue 14: SASL settings under a protocol without SASL were silently ignored before
+    from pipelines.kafka_options import KafkaOptionError
+
+    with pytest.raises(KafkaOptionError, match=r"security\.protocol is SSL"):
+        _client_config({"sasl_plain_password": "12345", "security.protocol": "SSL"})
 
 
 def test_quality_gate_names_broken_expectations(tmp_path: Path) -> None:

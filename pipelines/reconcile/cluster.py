@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,6 +39,8 @@ from kafka.protocol.consumer import ListOffsetsRequest, OffsetFetchRequest
 from kafka.protocol.data_container import SlotsBuilder
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.schemas import StructField
+
+from pipelines.kafka_options import KafkaSecurityError, normalize, probe
 
 log = logging.getLogger(__name__)
 
@@ -315,6 +317,15 @@ class ClusterSnapshot:
     lag: list[LagRow] = field(default_factory=list)
     points: list[PointRow] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: what the principal was refused: ``group:<id>``, ``topic:<name>`` (``topic:__consumer_offsets``
+    #: = the offsets topic not visible: no snapshot point)
+    not_authorized: list[str] = field(default_factory=list)
+
+    @property
+    def partial(self) -> bool:
+        """Something was not seen (refused by ACLs, or a recorded error): a reconcile against
+        this snapshot cannot be complete."""
+        return bool(self.not_authorized or self.errors)
 
     def to_arrow(self) -> dict[str, pa.Table]:
         """One Arrow table per snapshot table; every row carries snapshot_id and captured_at."""
@@ -413,6 +424,11 @@ class _Raw:
     fetched: dict[str, tuple[int, Any]] = field(default_factory=dict)
     ends: list[LogEndOffsetRow] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    topic_errors: dict[str, int] = field(default_factory=dict)  # Metadata errors per topic
+    # groups the lake knows but ListGroups did not list, asked one by one (OffsetFetch)
+    unlisted: dict[str, tuple[int, Any]] = field(default_factory=dict)
+    # partitions the lake knows that OffsetFetch(topics=null) left out, asked by name
+    refetched: dict[str, tuple[int, Any]] = field(default_factory=dict)
 
 
 class _Capture:
@@ -420,8 +436,12 @@ class _Capture:
 
     def __init__(self, admin: KafkaAdminClient, *, require_stable: bool, max_retries: int,
                  retry_backoff_ms: int, max_backoff_ms: int, request_timeout_ms: int,
-                 max_in_flight: int) -> None:
+                 max_in_flight: int,
+                 expected: Mapping[str, Iterable[tuple[str, int]]] | None = None) -> None:
         self.admin = admin
+        # (group -> partitions) the lake holds: what ListGroups / OffsetFetch(null) may hide
+        self.expected = {g: set(tps) for g, tps in (expected or {}).items()}
+        self.missing: dict[str, dict[str, list[int]]] = {}
         self.manager = admin._manager  # kafka-python's connection manager (3.x)
         self.require_stable = require_stable
         self.max_retries = max_retries
@@ -478,6 +498,8 @@ class _Capture:
                 continue
             leaders = {}
             for t in response.topics:
+                if t.error_code != NONE:
+                    self.raw.topic_errors[t.name] = t.error_code
                 if t.error_code != NONE:  # e.g. a deleted topic that still has offsets
                     log.info("metadata for topic %s: %s", t.name, error_name(t.error_code))
                     continue
@@ -723,6 +745,57 @@ class _Capture:
                 out[g] = (answer.error_code, answer.topics)
         return out
 
+    async def _offset_fetch_topics(self, node: int, gids: list[str]
+                                   ) -> dict[str, tuple[int, Any]]:
+        """OffsetFetch naming the partitions (``self.missing``): unlike topics=null, which
+        silently leaves out topics the principal may not describe, named topics are answered
+        TOPIC_AUTHORIZATION_FAILED."""
+        max_v = await self._max_version(node, _API_OFFSET_FETCH)
+        if max_v >= 8:
+            G = OffsetFetchRequest.OffsetFetchRequestGroup
+            T = G.OffsetFetchRequestTopics
+            response = await self._send(node, OffsetFetchRequest(
+                groups=[G(group_id=g, topics=[T(name=t, partition_indexes=ps)
+                                              for t, ps in sorted(self.missing[g].items())])
+                        for g in gids],
+                require_stable=self.require_stable, min_version=8, max_version=8))
+            return {g.group_id: (g.error_code, g.topics) for g in response.groups}
+        T1 = OffsetFetchRequest.OffsetFetchRequestTopic
+        requests = [OffsetFetchRequest(
+            group_id=g, topics=[T1(name=t, partition_indexes=ps)
+                                for t, ps in sorted(self.missing[g].items())],
+            require_stable=self.require_stable, max_version=min(max_v, 7)) for g in gids]
+        out: dict[str, tuple[int, Any]] = {}
+        for g, answer in zip(gids, await self._send_all(node, requests), strict=True):
+            out[g] = ((_code_of(answer), None) if isinstance(answer, BaseException)
+                      else (answer.error_code, answer.topics))
+        return out
+
+    async def _completeness(self) -> None:
+        """Ask by name what the lake knows and the broad answers did not show: ListGroups and
+        OffsetFetch(topics=null) silently drop what a principal may not describe, while a
+        group or topic asked by name is answered GROUP/TOPIC_AUTHORIZATION_FAILED."""
+        raw = self.raw
+        unlisted = sorted(g for g in self.expected if g not in raw.listings)
+        if unlisted:
+            raw.unlisted = await self._group_phase(unlisted, "OffsetFetch(unlisted groups)",
+                                                   self._offset_fetch)
+        for gid, wanted in sorted(self.expected.items()):
+            code, topics = raw.fetched.get(gid) or raw.unlisted.get(gid) or (NONE, None)
+            if code != NONE:
+                continue
+            seen = {(t.name, p.partition_index) for t in topics or [] for p in t.partitions}
+            absent = sorted(wanted - seen)
+            if absent:
+                by_topic: dict[str, list[int]] = defaultdict(list)
+                for t, p in absent:
+                    by_topic[t].append(p)
+                self.missing[gid] = dict(by_topic)
+        if self.missing:
+            raw.refetched = await self._group_phase(sorted(self.missing),
+                                                    "OffsetFetch(named topics)",
+                                                    self._offset_fetch_topics)
+
     # ------------------------------------------------------------------ the capture
     async def run(self) -> _Raw:
         raw = self.raw
@@ -753,6 +826,9 @@ class _Capture:
         if listings:
             raw.fetched = await self._group_phase(sorted(listings), "OffsetFetch",
                                                   self._offset_fetch)
+        # 4b. what the lake knows that the answers did not show, asked by name
+        if self.expected:
+            await self._completeness()
         # 5. log end offsets of every partition some group holds an offset for
         held = sorted({(t.name, p.partition_index)
                        for code, topics in raw.fetched.values() if code == NONE and topics
@@ -809,18 +885,69 @@ def _assemble(raw: _Raw, *, source: str, require_stable: bool) -> ClusterSnapsho
                 offsets.append(OffsetRow(
                     gid, t.name, p.partition_index, p.committed_offset,
                     p.committed_leader_epoch, p.metadata, p.error_code, error_name(p.error_code)))
+    offsets.extend(_completeness_rows(raw))
     captured_at = raw.captured_at
     return ClusterSnapshot(
         snapshot_id=_new_snapshot_id(captured_at), captured_at=captured_at, source=source,
         require_stable=require_stable, groups=groups, members=members, offsets=offsets,
         log_end_offsets=raw.ends, lag=_lag_rows(offsets, raw.ends), points=raw.points,
-        errors=list(raw.errors))
+        errors=list(raw.errors), not_authorized=_refused(raw, groups, offsets))
+
+
+def _completeness_rows(raw: _Raw) -> list[OffsetRow]:
+    """Offset rows of the groups asked by name (not listed) and of the partitions asked by
+    name: errors (e.g. GROUP/TOPIC_AUTHORIZATION_FAILED) and any offsets they revealed."""
+    rows: list[OffsetRow] = []
+    for gid, (code, topics) in sorted(raw.unlisted.items()):
+        if code != NONE:
+            rows.append(OffsetRow(gid, None, None, None, None, None, code, error_name(code)))
+            continue
+        for t in topics or []:
+            for p in t.partitions:
+                if p.error_code != NONE or (p.committed_offset is not None
+                                              and p.committed_offset >= 0):
+                    rows.append(OffsetRow(gid, t.name, p.partition_index, p.committed_offset,
+                                          p.committed_leader_epoch, p.metadata, p.error_code,
+                                          error_name(p.error_code)))
+    for gid, (code, topics) in sorted(raw.refetched.items()):
+        if code != NONE:
+            if not any(r.group_id == gid and r.topic is None for r in rows):
+                rows.append(OffsetRow(gid, None, None, None, None, None, code, error_name(code)))
+            continue
+        for t in topics or []:
+            for p in t.partitions:
+                if p.error_code != NONE or (p.committed_offset is not None
+                                              and p.committed_offset >= 0):
+                    rows.append(OffsetRow(gid, t.name, p.partition_index, p.committed_offset,
+                                          p.committed_leader_epoch, p.metadata, p.error_code,
+                                          error_name(p.error_code)))
+    return rows
+
+
+def _refused(raw: _Raw, groups: Sequence[GroupRow], offsets: Sequence[OffsetRow]) -> list[str]:
+    """``group:<id>`` / ``topic:<name>`` the principal was refused, sorted."""
+    refused: set[str] = set()
+    group_denied = Errors.GroupAuthorizationFailedError.errno
+    topic_denied = Errors.TopicAuthorizationFailedError.errno
+    for name, code in raw.topic_errors.items():
+        if code == topic_denied:
+            refused.add(f"topic:{name}")
+    for g in groups:
+        if g.error_code == group_denied:
+            refused.add(f"group:{g.group_id}")
+    for r in offsets:
+        if r.error_code == group_denied:
+            refused.add(f"group:{r.group_id}")
+        elif r.error_code == topic_denied and r.topic is not None:
+            refused.add(f"topic:{r.topic}")
+    return sorted(refused)
 
 
 def capture_snapshot(bootstrap_servers: str | Sequence[str], *, require_stable: bool = False,
                      timeout_s: float = 10.0, request_timeout_ms: int = 30_000,
                      max_retries: int = 5, retry_backoff_ms: int = 100,
                      max_backoff_ms: int = 2_000, client_id: str = "offsetlake-snapshot",
+                     expected_offsets: Mapping[str, Iterable[tuple[str, int]]] | None = None,
                      **kafka_config: Any) -> ClusterSnapshot:
     """Capture groups, members, committed offsets, log end offsets and lag from a live cluster.
 
@@ -836,16 +963,29 @@ def capture_snapshot(bootstrap_servers: str | Sequence[str], *, require_stable: 
     kafka-python's KafkaAdminClient (``security_protocol``, ``sasl_mechanism``,
     ``sasl_plain_username``, ``sasl_plain_password``, ``ssl_cafile``, ``ssl_certfile``, ...).
 
-    Raises :class:`ClusterUnreachable` when no bootstrap server answers within ``timeout_s``.
+    ``expected_offsets`` (group -> (topic, partition) pairs, e.g. what the lake holds) are
+    asked by name when the broad answers leave them out, so what ACLs hide is answered
+    GROUP/TOPIC_AUTHORIZATION_FAILED and recorded (``not_authorized``, ``partial``) instead of
+    silently missing. Kafka options go through :func:`pipelines.kafka_options.normalize`.
+
+    Raises :class:`ClusterUnreachable` when no bootstrap server answers within ``timeout_s``,
+    :class:`~pipelines.kafka_options.KafkaAuthenticationError` at once on a definite SASL/TLS
+    refusal, :class:`~pipelines.kafka_options.KafkaOptionError` for invalid options.
     """
     servers = (bootstrap_servers if isinstance(bootstrap_servers, str)
                else ",".join(bootstrap_servers))
     created: list[KafkaNetClient] = []
     user_factory = kafka_config.pop("kafka_client", KafkaNetClient)
+    # the one strict normaliser (also used by ingest): unknown keys, bad booleans, SASL/SSL
+    # settings without a protocol using them are refused (KafkaOptionError)
+    kafka_config = normalize(kafka_config, KafkaAdminClient.DEFAULT_CONFIG)
+    probe_config = {**kafka_config, "bootstrap_servers": servers}
 
     def factory(**cfg: Any) -> KafkaNetClient:
         client = user_factory(**cfg)
         created.append(client)
+        # a definite TLS/SASL refusal is named now, not retried until bootstrap_timeout_ms
+        probe(client, timeout_s, probe_config)
         return client
 
     started = time.monotonic()
@@ -854,7 +994,7 @@ def capture_snapshot(bootstrap_servers: str | Sequence[str], *, require_stable: 
             bootstrap_servers=servers, client_id=client_id,
             request_timeout_ms=request_timeout_ms, bootstrap_timeout_ms=int(timeout_s * 1000),
             retry_backoff_ms=retry_backoff_ms, kafka_client=factory, **kafka_config)
-    except Errors.KafkaConfigurationError:
+    except (Errors.KafkaConfigurationError, KafkaSecurityError):
         for client in created:
             _close_quietly(client)
         raise
@@ -873,7 +1013,8 @@ def capture_snapshot(bootstrap_servers: str | Sequence[str], *, require_stable: 
             admin, require_stable=require_stable, max_retries=max_retries,
             retry_backoff_ms=retry_backoff_ms, max_backoff_ms=max_backoff_ms,
             request_timeout_ms=request_timeout_ms,
-            max_in_flight=admin.config["max_in_flight_requests_per_connection"])
+            max_in_flight=admin.config["max_in_flight_requests_per_connection"],
+            expected=expected_offsets)
         raw = admin._manager.run(capture.run)
     finally:
         admin.close()

@@ -26,7 +26,12 @@ open_transaction          yes       UNSTABLE_OFFSET_COMMIT from a require_stable
 group_tombstoned          yes       the lake's group is deleted but its offsets live;
                                     the Java coordinator then answers nothing (spec 2.5)
 fetch_error               no        the broker answered a group/partition error, so
-                                    nothing was verified (retry, or fix DESCRIBE ACLs)
+                                    nothing was verified (retry)
+not_authorized            no        the snapshot's principal was refused the group
+                                    (GROUP_AUTHORIZATION_FAILED) or the topic
+                                    (TOPIC_AUTHORIZATION_FAILED): nothing verified; grant
+                                    DESCRIBE (README "Security"), or accept it with
+                                    ``--allow-partial`` (then counted as explained)
 type_mismatch             no        group rows: type or protocol type differ ('simple'
                                     in the lake = classic with protocol type '')
 state_mismatch            no        group rows: state differs
@@ -54,7 +59,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.decode import partition_for
+from pipelines.decode import partition_for as _partition_for
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, DeltaRsEngine
 from pipelines.reconcile.cluster import UNSTABLE_OFFSET_COMMIT
@@ -69,7 +74,10 @@ from pipelines.reconcile.snapshot import (
 log = logging.getLogger(__name__)
 
 TABLE = "reconciliation"
-DEFAULT_NUM_PARTITIONS = 50  # offsets.topic.num.partitions default (spec 3.5)
+DEFAULT_NUM_PARTITIONS = 50  # offsets.topic.num.partitions default (spec 3.5); never guessed
+_GROUP_AUTHORIZATION_FAILED = 30
+_TOPIC_AUTHORIZATION_FAILED = 29
+_REFUSED = (_GROUP_AUTHORIZATION_FAILED, _TOPIC_AUTHORIZATION_FAILED)
 
 EXPLAINED: dict[str, bool] = {
     "match": True,
@@ -83,6 +91,7 @@ EXPLAINED: dict[str, bool] = {
     "open_transaction": True,
     "group_tombstoned": True,
     "fetch_error": False,
+    "not_authorized": False,
     "type_mismatch": False,
     "state_mismatch": False,
     "member_mismatch": False,
@@ -187,10 +196,12 @@ def load_snapshot_state(engine: DeltaEngine, info: SnapshotInfo) -> SnapshotStat
     return snap
 
 
-def resolve_num_partitions(info: SnapshotInfo | None, flag: int | None) -> tuple[int, str]:
+def resolve_num_partitions(info: SnapshotInfo | None, flag: int | None
+                           ) -> tuple[int | None, str]:
     """N for ``partition_for``: the snapshot's ``__consumer_offsets`` partition count when it
-    saw the topic, else the ``--num-partitions`` flag, else Kafka's default 50 (spec 3.5:
-    the real topic's count is the truth; the config is only a fallback)."""
+    saw the topic, else the ``--num-partitions`` flag, else unknown (``None``, "unknown"):
+    never Kafka's default 50 guessed, which produced false partition_for failures when the
+    principal could not see the topic (spec 3.5: the real topic's count is the truth)."""
     seen = info.num_offsets_partitions if info is not None else 0
     if seen > 0:
         if flag is not None and flag != seen:
@@ -199,7 +210,7 @@ def resolve_num_partitions(info: SnapshotInfo | None, flag: int | None) -> tuple
         return seen, "snapshot"
     if flag is not None:
         return flag, "flag"
-    return DEFAULT_NUM_PARTITIONS, "default"
+    return None, "unknown"
 
 
 # ------------------------------------------------------------------------------ classification
@@ -282,11 +293,17 @@ def _timing(cls: str, detail: str, pos: _Position, record_offset: int | None
     return cls, detail
 
 
-def classify(lake: LakeState, snap: SnapshotState, num_partitions: int) -> list[dict[str, Any]]:
-    """Every offset row and group row, classified (no I/O; the unit under test)."""
+def classify(lake: LakeState, snap: SnapshotState, num_partitions: int | None
+             ) -> list[dict[str, Any]]:
+    """Every offset row and group row, classified (no I/O; the unit under test).
+    ``num_partitions`` None: rows only the broker has get no ``offsets_partition``."""
 
-    def position(offsets_partition: int) -> _Position:
-        hw, lso = snap.points.get(offsets_partition, (None, None))
+    def partition_for(group_id: str, n: int | None) -> int | None:
+        return None if n is None else _partition_for(group_id, n)
+
+    def position(offsets_partition: int | None) -> _Position:
+        hw, lso = snap.points.get(offsets_partition, (None, None)) \
+            if offsets_partition is not None else (None, None)
         return _Position(lake.log_end.get(offsets_partition), hw, lso)
 
     rows: list[dict[str, Any]] = []
@@ -319,7 +336,8 @@ def classify(lake: LakeState, snap: SnapshotState, num_partitions: int) -> list[
         op = partition_for(group_id, num_partitions)
         row = _base_row("offset", group_id, None, None, op, position(op))
         row.update(broker_error_code=code, broker_error_name=name)
-        rows.append(_finish(row, "fetch_error",
+        cls = "not_authorized" if code in _REFUSED else "fetch_error"
+        rows.append(_finish(row, cls,
                             f"OffsetFetch answered {name} for the group; nothing to compare"))
 
     for group_id in sorted(set(lake.groups) | set(snap.groups)):
@@ -347,11 +365,18 @@ def _classify_offset(lake: LakeState, snap: SnapshotState, key: tuple[str, str, 
     group_id = key[0]
     if group_id in snap.group_errors:
         code, name = snap.group_errors[group_id]
+        if code in _REFUSED:
+            return "not_authorized", (f"OffsetFetch answered {name} ({code}) for the group: the "
+                                      "snapshot's principal may not describe it")
         return "fetch_error", f"OffsetFetch answered {name} ({code}) for the group"
     if bk and bk["error_code"] == UNSTABLE_OFFSET_COMMIT:
         where = "" if lk is None else f"; the lake holds {lk['committed_offset']}"
         return "open_transaction", ("UNSTABLE_OFFSET_COMMIT: a transactional offset commit is "
                                     f"pending for this partition{where}")
+    if bk and bk["error_code"] in _REFUSED:
+        return "not_authorized", (f"OffsetFetch answered {bk['error_name']} "
+                                  f"({bk['error_code']}): the snapshot's principal may not "
+                                  "describe the topic")
     if bk and bk["error_code"]:
         return "fetch_error", f"OffsetFetch answered {bk['error_name']} ({bk['error_code']})"
     on_broker = bk is not None and bk["committed_offset"] is not None and bk["committed_offset"] >= 0
@@ -377,6 +402,9 @@ def _classify_offset(lake: LakeState, snap: SnapshotState, key: tuple[str, str, 
 def _classify_group(lake: LakeState, snap: SnapshotState, group_id: str,
                     lg: dict[str, Any] | None, bg: dict[str, Any] | None, pos: _Position
                     ) -> tuple[str, str]:
+    if bg and bg["error_code"] in _REFUSED:
+        return "not_authorized", (f"describing the group answered {bg['error_name']} "
+                                  f"({bg['error_code']})")
     if bg and bg["error_code"]:
         return "fetch_error", f"describing the group answered {bg['error_name']} ({bg['error_code']})"
     record_offset = lg["last_record_offset"] if lg else None
@@ -388,6 +416,10 @@ def _classify_group(lake: LakeState, snap: SnapshotState, group_id: str,
         return _timing("missing_in_lake", "the broker lists a group the lake does not hold",
                        pos, record_offset)
     if bg is None:
+        code, name = snap.group_errors.get(group_id, (0, None))
+        if code in _REFUSED:
+            return "not_authorized", (f"the broker did not list the group; asked by name it "
+                                      f"answered {name}")
         return _timing("missing_on_broker", "the broker did not list the group", pos,
                        record_offset)
     lake_type = "classic" if lg["group_type"] in ("classic", "simple") else lg["group_type"]
@@ -434,7 +466,7 @@ class Reconciliation:
     cluster_id: str
     snapshot: SnapshotInfo
     reconciled_at: datetime
-    num_partitions: int
+    num_partitions: int | None
     num_partitions_source: str
     table: pa.Table
 
@@ -449,7 +481,8 @@ class Reconciliation:
 
 def reconcile(engine: DeltaEngine, *, cluster_id: str = "default",
               num_partitions: int | None = None, snapshot_id: str | None = None,
-              reconciled_at: datetime | None = None) -> Reconciliation:
+              reconciled_at: datetime | None = None, allow_partial: bool = False
+              ) -> Reconciliation:
     """Compare the lake with the cluster's latest snapshot (or ``snapshot_id``) and append
     the classified rows to ``reconciliation``. Raises :class:`NoSnapshotError` without one."""
     info = (latest_snapshot(engine, cluster_id) if snapshot_id is None
@@ -461,6 +494,11 @@ def reconcile(engine: DeltaEngine, *, cluster_id: str = "default",
     reconciled_at = reconciled_at or datetime.now(timezone.utc)
     reconcile_id = f"{reconciled_at.strftime('%Y%m%dT%H%M%S.%fZ')}-{uuid.uuid4().hex[:8]}"
     rows = classify(load_lake_state(engine, cluster_id), load_snapshot_state(engine, info), n)
+    if allow_partial:  # the user accepted what the ACLs hide; the rows still say so
+        for r in rows:
+            if r["classification"] == "not_authorized":
+                r["explained"] = True
+                r["detail"] = f"{r['detail']} (accepted: --allow-partial)"
     common = {"cluster_id": cluster_id, "reconcile_id": reconcile_id,
               "snapshot_id": info.snapshot_id, "reconciled_at": reconciled_at}
     spec = contract(TABLE)
@@ -501,14 +539,23 @@ def _describe(rows: Iterable[dict[str, Any]], limit: int) -> list[dict[str, Any]
 
 def run_reconcile(lake: str | Path, *, cluster_id: str = "default", gate: bool = True,
                   num_partitions: int | None = None, engine: DeltaEngine | None = None,
-                  data_docs: bool = True, max_listed: int = 100) -> ReconcileResult:
+                  data_docs: bool = True, max_listed: int = 100,
+                  allow_partial: bool = False) -> ReconcileResult:
     """Reconcile, then (``gate``) run the Great Expectations suite over the lake and the new
     reconciliation. ``passed`` is False when any expectation fails; without the gate, when
     any row is unexplained. The summary names every failing row (group, topic, partition,
     class), up to ``max_listed``, and every failed expectation.
+
+    Never passes silently on less than a full check (``blocked_by`` in the summary names
+    why): a partial snapshot (ACL refusals, offsets topic not visible, capture errors) unless
+    ``allow_partial``; nothing compared (0 rows); an unknown ``__consumer_offsets``
+    partition count (never guessed: pass ``num_partitions``), which also keeps the gate from
+    running its partition_for checks.
     """
     engine = engine or DeltaRsEngine(lake)
-    rec = reconcile(engine, cluster_id=cluster_id, num_partitions=num_partitions)
+    rec = reconcile(engine, cluster_id=cluster_id, num_partitions=num_partitions,
+                    allow_partial=allow_partial)
+    blockers = _blockers(rec, allow_partial)
     unexplained = rec.unexplained()
     summary: dict[str, Any] = {
         "cluster_id": cluster_id,
@@ -527,7 +574,10 @@ def run_reconcile(lake: str | Path, *, cluster_id: str = "default", gate: bool =
     }
     passed = not unexplained
     quality = None
-    if gate:
+    if gate and rec.num_partitions is None:
+        summary["gate"] = {"ran": False, "why": "__consumer_offsets partition count unknown"}
+        passed = False
+    elif gate:
         from pipelines.reconcile.quality import run_quality_gate
 
         quality = run_quality_gate(
@@ -538,11 +588,39 @@ def run_reconcile(lake: str | Path, *, cluster_id: str = "default", gate: bool =
         summary["gate"] = quality.summary()
     else:
         summary["gate"] = {"ran": False}
+    summary["partial_snapshot"] = rec.snapshot.partial
+    summary["not_authorized"] = list(rec.snapshot.not_authorized)
+    summary["blocked_by"] = blockers
+    passed = passed and not blockers
+    for reason in blockers:
+        log.warning("reconcile %s: %s", rec.reconcile_id, reason)
     summary["passed"] = passed
     log.log(logging.INFO if passed else logging.WARNING,
             "reconcile %s: %s (%d unexplained rows)", rec.reconcile_id,
             "passed" if passed else "FAILED", len(unexplained))
     return ReconcileResult(summary, passed, rec, quality)
+
+
+def _blockers(rec: Reconciliation, allow_partial: bool) -> list[str]:
+    """Why this reconciliation cannot pass, whatever its rows say (one line each)."""
+    out: list[str] = []
+    info = rec.snapshot
+    if info.partial and not allow_partial:
+        parts = []
+        if info.not_authorized:
+            parts.append(f"not authorized: {', '.join(info.not_authorized)}")
+        parts.extend(info.errors)
+        out.append(f"snapshot {info.snapshot_id} is partial ({'; '.join(parts) or 'marked'}): "
+                   "grant the snapshot's principal DESCRIBE on the groups and topics and READ + "
+                   "DESCRIBE on __consumer_offsets (README \"Security\"), or pass "
+                   "--allow-partial to accept it")
+    if rec.table.num_rows == 0:
+        out.append(f"nothing compared: neither the lake nor snapshot {info.snapshot_id} holds "
+                   f"any group or offset of cluster {rec.cluster_id!r}")
+    if rec.num_partitions is None:
+        out.append("__consumer_offsets partition count unknown (the snapshot did not see the "
+                   "topic): pass --num-partitions N, it is never guessed")
+    return out
 
 
 __all__ = ["CLASSES", "EXPLAINED", "TRANSIENT_STATES", "LakeState", "NoSnapshotError",

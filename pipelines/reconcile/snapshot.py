@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.kafka_options import normalize
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, DeltaRsEngine
 from pipelines.reconcile.cluster import ClusterSnapshot, capture_snapshot
@@ -52,6 +53,8 @@ class SnapshotInfo:
     require_stable: bool
     num_offsets_partitions: int
     errors: tuple[str, ...] = ()
+    partial: bool = False
+    not_authorized: tuple[str, ...] = ()
 
 
 def string_field(name: str) -> pc.Expression:
@@ -81,6 +84,7 @@ def _runs_row(snapshot: ClusterSnapshot, cluster_id: str, stored_at: datetime) -
         "num_members": len(snapshot.members), "num_offsets": len(snapshot.offsets),
         "num_offset_errors": offset_errors, "num_offsets_partitions": partitions,
         "errors": list(snapshot.errors), "stored_at": stored_at,
+        "partial": snapshot.partial, "not_authorized": list(snapshot.not_authorized),
     }], schema=contract(RUNS_TABLE).arrow_schema)
 
 
@@ -121,26 +125,12 @@ def _typed_defaults() -> dict[str, Any]:
 
 
 def _client_config(options: dict[str, Any]) -> dict[str, Any]:
-    """CLI ``KEY=VALUE`` options -> capture/kafka-python keyword arguments.
-
-    Java-style dotted keys become kafka-python's underscores. Values arrive as strings;
-    only settings whose default is a bool/int/float (or named ``*_ms`` / ``*_bytes``) are
-    converted, so a password or principal that looks numeric stays a string.
-    """
-    defaults = _typed_defaults()
-    out: dict[str, Any] = {}
-    for key, value in options.items():
-        name = key.replace(".", "_")
-        default = defaults.get(name)
-        if isinstance(value, str):
-            if isinstance(default, bool):
-                value = value.strip().lower() in ("1", "true", "yes")
-            elif isinstance(default, float):
-                value = float(value)
-            elif isinstance(default, int) or name.endswith(("_ms", "_bytes")):
-                value = int(value)
-        out[name] = value
-    return out
+    """CLI ``KEY=VALUE`` options -> capture/kafka-python keyword arguments, through the one
+    strict normaliser ingest uses too (:func:`pipelines.kafka_options.normalize`): known keys
+    only (dotted, kafka-python or Java spellings), typed by their defaults, booleans strictly
+    parsed, SASL/SSL settings refused without a protocol using them. A password or principal
+    that looks numeric stays a string."""
+    return normalize(options, _typed_defaults())
 
 
 def take_snapshot(lake: str | Path, bootstrap_servers: str, *, cluster_id: str = "default",
@@ -155,10 +145,27 @@ def take_snapshot(lake: str | Path, bootstrap_servers: str, *, cluster_id: str =
     Raises :class:`~pipelines.reconcile.cluster.ClusterUnreachable` like the capture.
     """
     config = _client_config(kafka_config or {})
-    snapshot = capture_snapshot(bootstrap_servers, require_stable=require_stable, **config)
     engine = engine or DeltaRsEngine(lake)
+    snapshot = capture_snapshot(bootstrap_servers, require_stable=require_stable,
+                                expected_offsets=lake_offsets(engine, cluster_id), **config)
     written = store_snapshot(engine, snapshot, cluster_id)
     return snapshot_summary(snapshot, engine, cluster_id, written)
+
+
+def lake_offsets(engine: DeltaEngine, cluster_id: str) -> dict[str, set[tuple[str, int]]]:
+    """(group -> partitions) the lake holds committed offsets for, plus groups it knows
+    without offsets: what the capture asks for by name when the broker's broad answers (which
+    silently drop what a principal may not describe) leave them out."""
+    expected: dict[str, set[tuple[str, int]]] = {}
+    where = string_field("cluster_id") == cluster_id
+    if engine.exists("committed_offsets"):
+        for r in engine.read("committed_offsets", columns=["group_id", "topic", "partition"],
+                             filter_expr=where).to_pylist():
+            expected.setdefault(r["group_id"], set()).add((r["topic"], int(r["partition"])))
+    if engine.exists("consumer_groups"):
+        for r in engine.read("consumer_groups", columns=["group_id"], filter_expr=where).to_pylist():
+            expected.setdefault(r["group_id"], set())
+    return expected
 
 
 def snapshot_summary(snapshot: ClusterSnapshot, engine: DeltaEngine, cluster_id: str,
@@ -183,6 +190,8 @@ def snapshot_summary(snapshot: ClusterSnapshot, engine: DeltaEngine, cluster_id:
         "rows_written": written,
         "already_stored": not any(written.values()),
         "errors": list(snapshot.errors),
+        "partial": snapshot.partial,
+        "not_authorized": list(snapshot.not_authorized),
     }
 
 
@@ -192,7 +201,9 @@ def _info(row: dict[str, Any]) -> SnapshotInfo:
         captured_at=row["captured_at"], source=row["source"],
         require_stable=bool(row["require_stable"]),
         num_offsets_partitions=int(row["num_offsets_partitions"] or 0),
-        errors=tuple(row["errors"] or ()))
+        errors=tuple(row["errors"] or ()),
+        partial=bool(row.get("partial")) or bool(row["errors"]) or bool(row.get("not_authorized")),
+        not_authorized=tuple(row.get("not_authorized") or ()))
 
 
 def _runs(engine: DeltaEngine, cluster_id: str, snapshot_id: str | None = None

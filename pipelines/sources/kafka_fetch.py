@@ -47,14 +47,16 @@ from kafka.future import Future
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 
+from pipelines.kafka_options import KafkaSecurityError, probe
 from pipelines.sources.fastread import bytes_to_arrow
 from pipelines.sources.kafka_source import (
     EARLIEST,
     SOURCE_LABEL,
+    KafkaAuthenticationFailed,
     KafkaDataLoss,
     KafkaFetchError,
+    KafkaNotAuthorized,
     KafkaReadTimeout,
-    KafkaTopicNotFound,
     KafkaUnreachable,
     SourceOptions,
     redacted,
@@ -291,6 +293,16 @@ class KafkaWire:
         self._net.start()
         started = time.monotonic()
         try:
+            # a definite TLS/SASL refusal is named at once instead of being retried as a
+            # network error until the bootstrap timeout
+            probe(self._client, opts.connect_timeout_s, config)
+        except KafkaSecurityError as exc:
+            self.close()
+            raise KafkaAuthenticationFailed(str(exc)) from None
+        except BaseException:
+            self.close()
+            raise
+        try:
             self._manager.bootstrap(config["bootstrap_timeout_ms"])
         except _BOOTSTRAP_ERRORS as exc:
             self.close()
@@ -360,13 +372,18 @@ class KafkaWire:
             return False
 
     def partitions(self, topic: str) -> list[int] | None:
-        """Partition ids of ``topic``, None when the brokers do not know it (or hide it)."""
+        """Partition ids of ``topic``, None when the brokers do not know it.
+        :class:`KafkaNotAuthorized` when they answered TOPIC_AUTHORIZATION_FAILED."""
         cluster = self._manager.cluster
         found = cluster.partitions_for_topic(topic)
         if found is None:
             cluster.add_topic(topic)  # tracked from now on (the refresh loop keeps it fresh)
             self.refresh_metadata()
             found = cluster.partitions_for_topic(topic)
+        if found is None and topic in cluster.unauthorized_topics:
+            raise KafkaNotAuthorized(
+                f"topic {topic}: not authorized to describe it on {self.opts.bootstrap_servers} "
+                "(the principal needs DESCRIBE and READ on the topic)")
         return None if found is None else sorted(found)
 
     def leader(self, topic: str, partition: int) -> tuple[int | None, int]:
@@ -423,8 +440,9 @@ class KafkaWire:
                             out[part.partition_index] = int(part.offset)
                             remaining.discard(part.partition_index)
                         elif error is kafka_errors.TopicAuthorizationFailedError:
-                            raise KafkaTopicNotFound(
-                                f"topic {topic}: not authorized to list its offsets")
+                            raise KafkaNotAuthorized(
+                                f"topic {topic}: not authorized to list its offsets (needs "
+                                "DESCRIBE on the topic)")
                         elif getattr(error, "retriable", False):
                             log.debug("ListOffsets %s-%d: %s", topic, part.partition_index,
                                       error.__name__)
@@ -721,8 +739,9 @@ class _RangeReader:
                     if moved > position:
                         position, progressed = moved, True
                 elif error is kafka_errors.TopicAuthorizationFailedError:
-                    raise KafkaTopicNotFound(
-                        f"topic {self.topic}: not authorized to read partition {self.partition}")
+                    raise KafkaNotAuthorized(
+                        f"topic {self.topic}: not authorized to read partition {self.partition} "
+                        "(needs READ on the topic)")
                 elif error.retriable:  # NOT_LEADER, UNKNOWN_LEADER_EPOCH, FENCED, storage ...
                     self._retry(f"{error.__name__} from node {node}")
                 else:

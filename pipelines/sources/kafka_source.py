@@ -103,6 +103,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from pipelines.kafka_options import KafkaOptionError, normalize, parse_bool
+from pipelines.redaction import redact, redact_mapping
 from pipelines.sources.batching import spread_budget
 from pipelines.sources.raw import PACKED_ARROW_SCHEMA, RAW_ARROW_SCHEMA, pack
 
@@ -173,8 +175,18 @@ class KafkaSourceConfigError(KafkaSourceError, ValueError):
     """An option is missing, unknown or contradicts what the source must enforce."""
 
 
+class KafkaAuthenticationFailed(KafkaSourceError):
+    """A definite SASL or TLS refusal (bad credentials, mechanism not enabled, certificate
+    not trusted, hostname mismatch): retrying cannot help."""
+
+
+class KafkaNotAuthorized(KafkaSourceError):
+    """Authenticated, but the ACLs do not allow describing or reading the topic."""
+
+
 _ERROR_NAMES = ("KafkaUnreachable", "KafkaTopicNotFound", "KafkaReadTimeout", "KafkaDataLoss",
-                "KafkaFetchError", "KafkaSourceConfigError")
+                "KafkaFetchError", "KafkaSourceConfigError", "KafkaAuthenticationFailed",
+                "KafkaNotAuthorized")
 _ERROR_LINE = re.compile(r"\b(" + "|".join(_ERROR_NAMES) + r"): ([^\n]+)")
 
 
@@ -188,7 +200,7 @@ def explain_failure(exc: BaseException) -> str | None:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, KafkaSourceError):
-            return f"{type(current).__name__}: {current}"
+            return redact(f"{type(current).__name__}: {current}")
         texts = [str(current)]
         for attr in ("desc", "_desc", "stackTrace", "_stackTrace"):
             value = getattr(current, attr, None)
@@ -198,7 +210,7 @@ def explain_failure(exc: BaseException) -> str | None:
             matches = _ERROR_LINE.findall(text)
             if matches:
                 name, message = matches[-1]  # the innermost "raise" comes last in a traceback
-                return f"{name}: {message.strip()}"
+                return redact(f"{name}: {message.strip()}")
         current = current.__cause__ or current.__context__
     return None
 
@@ -228,10 +240,6 @@ _OBJECT_VALUED = frozenset({
     "partition_assignment_strategy", "metric_reporters", "selector", "kafka_client",
     "ssl_context", "sasl_oauth_token_provider", "socket_options",
 })
-_INT_WITH_NONE_DEFAULT = frozenset({"receive_buffer_bytes", "send_buffer_bytes"})
-_SECRET = re.compile(r"password|secret|token|jaas", re.IGNORECASE)
-_TRUE = frozenset({"true", "1", "yes", "on"})
-_FALSE = frozenset({"false", "0", "no", "off"})
 
 _KNOWN_OPTIONS = frozenset({
     "bootstrap_servers", "topic", "cluster_id", "starting_offsets", "max_records_per_batch",
@@ -241,47 +249,31 @@ _KNOWN_OPTIONS = frozenset({
 
 
 def _parse_bool(name: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise KafkaSourceConfigError(f"option {name}={raw!r}: expected true or false")
-
-
-def _coerce(key: str, value: Any) -> Any:
-    """A string option value as the type kafka-python's default for ``key`` has."""
-    if not isinstance(value, str):
-        return value
-    if key in _OBJECT_VALUED:
-        raise KafkaSourceConfigError(
-            f"kafka setting {key} takes a Python object and cannot be set from a string option")
-    default = KafkaConsumer.DEFAULT_CONFIG[key]
     try:
-        if isinstance(default, bool):
-            return _parse_bool(key, value)
-        if isinstance(default, int) or key in _INT_WITH_NONE_DEFAULT:
-            return int(value)
-        if isinstance(default, float):
-            return float(value)
-    except ValueError as exc:
-        raise KafkaSourceConfigError(f"kafka setting {key}={value!r}: {exc}") from None
-    return value
+        return parse_bool(name, raw)
+    except KafkaOptionError as exc:
+        raise KafkaSourceConfigError(str(exc)) from None
 
 
 def client_config(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate and coerce kafka-python consumer settings (python-style keys, e.g.
-    ``security_protocol``); string values get the type of kafka-python's default.
+    """Validate and coerce kafka-python consumer settings with the one strict normaliser
+    (:func:`pipelines.kafka_options.normalize`: known keys only, Java spellings, strict
+    booleans, security.protocol / sasl.mechanism checked, SASL/SSL settings need a protocol
+    using them).
 
-    Raises :class:`KafkaSourceConfigError` for unknown keys, keys this source owns, and values
+    Raises :class:`KafkaSourceConfigError` for those, for keys this source owns, and for values
     that contradict read_committed / no-group / no-commit."""
+    for key in settings:
+        name = str(key).replace(".", "_")
+        if name in _OWNED:
+            raise KafkaSourceConfigError(f"kafka setting {name}: {_OWNED[name]}")
+    try:
+        normalized = normalize(settings, KafkaConsumer.DEFAULT_CONFIG)
+    except KafkaOptionError as exc:
+        raise KafkaSourceConfigError(str(exc)) from None
     out: dict[str, Any] = {}
-    for key, value in settings.items():
-        if key in _OWNED:
-            raise KafkaSourceConfigError(f"kafka setting {key}: {_OWNED[key]}")
-        if key not in KafkaConsumer.DEFAULT_CONFIG:
-            raise KafkaSourceConfigError(f"unknown kafka-python consumer setting {key!r}")
-        coerced = _coerce(key, value)
+    for key, coerced in normalized.items():
+        value = settings.get(key, coerced)
         if key in _FORCED:
             if coerced != _FORCED[key] and not (key == "group_id" and coerced in ("", None)):
                 raise KafkaSourceConfigError(
@@ -294,7 +286,7 @@ def client_config(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` with secrets masked, for logs."""
-    return {k: ("***" if _SECRET.search(k) and v is not None else v) for k, v in config.items()}
+    return redact_mapping(dict(config))
 
 
 @dataclass(frozen=True)
@@ -476,6 +468,37 @@ def describe_topic(bootstrap_servers: str, topic: str = OFFSETS_TOPIC, *,
     return {p: (earliest[str(p)], stable[str(p)]) for p in parts}
 
 
+def check_access(options: Mapping[str, Any]) -> list[int]:
+    """What the streaming query will need, checked on the driver before Spark starts it:
+    options valid, brokers reachable, credentials and TLS accepted, the topic visible
+    (DESCRIBE), its offsets listable and one partition readable (READ: an empty Fetch).
+
+    Why: inside a running query the same failures surface as a JVM StreamingQueryException
+    pages long (or, for a missing READ, only on the executors). Raises the source's named
+    one-line errors (:class:`KafkaAuthenticationFailed`, :class:`KafkaNotAuthorized`,
+    :class:`KafkaUnreachable`, :class:`KafkaTopicNotFound`, :class:`KafkaSourceConfigError`).
+    Returns the partition ids."""
+    opts = SourceOptions.from_options(options)
+    with KafkaOffsetsClient(opts) as client:
+        parts = client.partitions()
+        earliest = client.earliest(parts)
+        first = parts[0]
+        future, _node = client._wire.fetch(opts.topic, first, earliest[str(first)], 1, 0)
+        try:
+            response = client._wire.wait(future)
+        except kafka_errors.KafkaError as exc:  # READ is checked again by every task anyway
+            log.debug("access check fetch of %s-%d failed: %r", opts.topic, first, exc)
+            return parts
+        for t in response.responses:
+            for part in t.partitions:
+                if part.error_code == kafka_errors.TopicAuthorizationFailedError.errno:
+                    raise KafkaNotAuthorized(
+                        f"topic {opts.topic}: not authorized to read it on "
+                        f"{opts.bootstrap_servers} (the principal has DESCRIBE but needs READ "
+                        "too)")
+    return parts
+
+
 # --------------------------------------------------------------------------------------------
 # Planning (pure)
 # --------------------------------------------------------------------------------------------
@@ -650,6 +673,7 @@ class KafkaStreamReader(_DriverMixin, DataSourceStreamReader, SupportsTriggerAva
         if start is None:  # Spark 4.0/4.1 call this without arguments
             return available
         full = self._complete(start, list(available))
+        self._check_log_start(full)
         gone = sorted(set(full) - set(available), key=int)
         if gone and self._target is None:
             message = f"{self.opts.topic}: partitions {gone} disappeared"
@@ -661,6 +685,28 @@ class KafkaStreamReader(_DriverMixin, DataSourceStreamReader, SupportsTriggerAva
                                fail_on_data_loss=self.opts.fail_on_data_loss)
         log.info("%s micro-batch end offsets (%s): %s", self.opts.topic, limit, end)
         return end
+
+    def _check_log_start(self, start: Mapping[str, int]) -> None:
+        """A log start past the checkpoint: records lost to retention or a recreated topic.
+
+        Fails (:class:`KafkaDataLoss`) unless ``fail_on_data_loss`` is off (``--allow-data-loss``),
+        in which case reading resumes at the log start with a warning.
+        """
+        if not start:
+            return
+        earliest = self._driver().earliest([int(p) for p in start])
+        lost = {p: (s, earliest[p]) for p, s in sorted(start.items(), key=lambda i: int(i[0]))
+                if p in earliest and s < earliest[p]}
+        if not lost:
+            return
+        where = ", ".join(f"partition {p}: checkpoint at {s}, log starts at {e}"
+                          for p, (s, e) in lost.items())
+        message = (f"{self.opts.topic}: records lost before they were ingested ({where}; "
+                   "retention or a recreated topic)")
+        if self.opts.fail_on_data_loss:
+            raise KafkaDataLoss(message + "; rerun with --allow-data-loss (option "
+                                "fail_on_data_loss=false) to continue from the log start")
+        log.warning("%s; continuing from the log start", message)
 
     def reportLatestOffset(self) -> Offsets | None:
         return self._target or self._latest_seen

@@ -22,6 +22,17 @@ What it serves (see ``_API_SPECS`` for the version ranges it advertises):
   (GROUP_AUTHORIZATION_FAILED) for one group of a batch, stale FindCoordinator answers
   (the coordinator "moved"), lowered max versions per API ("older broker"), pending
   transactional offsets (UNSTABLE_OFFSET_COMMIT with require_stable), stopped brokers.
+* SASL (:meth:`FakeKafkaCluster.enable_sasl`): SaslHandshake + SaslAuthenticate with a real
+  SCRAM-SHA-256/512 server exchange (RFC 5802/7677, as Kafka's ScramSaslServer) or PLAIN;
+  unknown users and wrong passwords answer SASL_AUTHENTICATION_FAILED and close the
+  connection, an unlisted mechanism UNSUPPORTED_SASL_MECHANISM; any other request before
+  authentication closes the connection, as a SASL listener does.
+* ACLs (:meth:`FakeKafkaCluster.grant`, like Kafka's StandardAuthorizer): Metadata answers
+  TOPIC_AUTHORIZATION_FAILED for a named topic without DESCRIBE and omits it from "all
+  topics"; ListGroups omits groups without DESCRIBE; DescribeGroups, ConsumerGroupDescribe,
+  FindCoordinator and OffsetFetch answer GROUP_AUTHORIZATION_FAILED per group; OffsetFetch
+  with null topics silently omits topics without DESCRIBE and answers
+  TOPIC_AUTHORIZATION_FAILED for named ones; ListOffsets needs DESCRIBE, Fetch READ.
 * A request log and counters per API key / broker / version.
 
 Bounded: binds 127.0.0.1 only, advertises only 127.0.0.1, runs in a daemon thread and shuts
@@ -31,10 +42,15 @@ itself down after ``max_lifetime_s`` even if a test forgets to stop it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import bisect
 import collections
 import contextlib
+import contextvars
+import hashlib
+import hmac
 import logging
+import os
 import struct
 import threading
 import time
@@ -72,6 +88,12 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 from kafka.record.util import calc_crc32c
@@ -89,8 +111,12 @@ NOT_LEADER_OR_FOLLOWER = 6
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
+TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
 UNSUPPORTED_VERSION = 35
+SASL_AUTHENTICATION_FAILED = 58
 GROUP_ID_NOT_FOUND = 69
 UNSTABLE_OFFSET_COMMIT = 88
 
@@ -408,6 +434,52 @@ def java_partition_for(group_id: str, num_partitions: int) -> int:
 
 
 # --------------------------------------------------------------------------------------
+# Security: SASL sessions and ACLs
+# --------------------------------------------------------------------------------------
+
+_SCRAM_HASHES = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
+_SCRAM_ITERATIONS = 4096
+_AUTH_FAILED_MESSAGE = ("Authentication failed during authentication due to invalid "
+                        "credentials with SASL mechanism {}")
+
+
+@dataclass
+class Acl:
+    """What one principal may do; ``"*"`` in a set means every resource of that kind."""
+
+    describe_topics: set[str] = field(default_factory=set)
+    read_topics: set[str] = field(default_factory=set)
+    describe_groups: set[str] = field(default_factory=set)
+
+    @staticmethod
+    def _has(names: set[str], name: str) -> bool:
+        return "*" in names or name in names
+
+
+@dataclass
+class _Session:
+    """One connection's SASL state (Kafka authenticates connections, not requests)."""
+
+    mechanism: str | None = None
+    principal: str | None = None
+    scram: dict[str, Any] = field(default_factory=dict)
+    close_after_response: bool = False
+
+
+_SESSION: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
+    "fake_kafka_session", default=None)
+
+
+def _scram_keys(password: str, salt: bytes, mechanism: str) -> tuple[bytes, bytes]:
+    """(stored key, server key) as a broker keeps them for a SCRAM credential."""
+    h = _SCRAM_HASHES[mechanism]
+    salted = hashlib.pbkdf2_hmac(h().name, password.encode(), salt, _SCRAM_ITERATIONS)
+    client_key = hmac.new(salted, b"Client Key", h).digest()
+    server_key = hmac.new(salted, b"Server Key", h).digest()
+    return h(client_key).digest(), server_key
+
+
+# --------------------------------------------------------------------------------------
 # The server
 # --------------------------------------------------------------------------------------
 
@@ -435,7 +507,13 @@ _API_SPECS: dict[int, _ApiSpec] = {
     ApiKey.OffsetFetch: _ApiSpec(OffsetFetchRequest, OffsetFetchResponse, 1, 8, "_offset_fetch"),
     ApiKey.ListOffsets: _ApiSpec(ListOffsetsRequest, ListOffsetsResponse, 1, 9, "_list_offsets"),
     ApiKey.Fetch: _ApiSpec(FetchRequest, FetchResponse, 4, 12, "_fetch"),
+    ApiKey.SaslHandshake: _ApiSpec(SaslHandshakeRequest, SaslHandshakeResponse, 0, 1,
+                                   "_sasl_handshake"),
+    ApiKey.SaslAuthenticate: _ApiSpec(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2,
+                                      "_sasl_authenticate"),
 }
+_PRE_AUTH_APIS = frozenset({int(ApiKey.ApiVersions), int(ApiKey.SaslHandshake),
+                            int(ApiKey.SaslAuthenticate)})
 
 _GROUP_APIS_DEFAULT = frozenset({int(ApiKey.OffsetFetch)})
 
@@ -490,6 +568,11 @@ class FakeKafkaCluster:
         self._thread: threading.Thread | None = None
         self._conn_tasks: set[asyncio.Task[None]] = set()
         self._stopped = threading.Event()
+        # security: None = no SASL listener / no authorizer (everything allowed)
+        self.sasl_users: dict[str, dict[str, tuple[bytes, bytes, bytes]]] | None = None
+        self.plain_users: dict[str, str] = {}
+        self.sasl_mechanisms: tuple[str, ...] = ()
+        self.acls: dict[str, Acl] | None = None
         self.add_topic(OFFSETS_TOPIC, offsets_topic_partitions)
 
     # ---------------------------------------------------------------- lifecycle
@@ -672,6 +755,44 @@ class FakeKafkaCluster:
             parts = self.topics[OFFSETS_TOPIC]
             return parts[java_partition_for(group_id, len(parts))].leader
 
+    # ---------------------------------------------------------------- security
+    def enable_sasl(self, users: dict[str, str], *,
+                    mechanisms: Sequence[str] = ("SCRAM-SHA-256", "SCRAM-SHA-512")) -> None:
+        """Every listener becomes SASL_PLAINTEXT with these users (name -> password).
+        SCRAM credentials are stored as a broker stores them (salt, stored key, server key)."""
+        with self._lock:
+            self.sasl_mechanisms = tuple(mechanisms)
+            self.plain_users = dict(users)
+            self.sasl_users = {}
+            for user, password in users.items():
+                creds = {}
+                for mechanism in _SCRAM_HASHES:
+                    salt = os.urandom(16)
+                    creds[mechanism] = (salt, *_scram_keys(password, salt, mechanism))
+                self.sasl_users[user] = creds
+
+    def grant(self, principal: str, *, describe_topics: Iterable[str] = (),
+              read_topics: Iterable[str] = (), describe_groups: Iterable[str] = ()) -> Acl:
+        """Turn the authorizer on (if not yet) and allow ``principal`` these operations.
+        A principal never granted anything may do nothing (``User:nobody``)."""
+        with self._lock:
+            if self.acls is None:
+                self.acls = {}
+            acl = self.acls.setdefault(principal, Acl())
+            acl.describe_topics.update(describe_topics)
+            acl.read_topics.update(read_topics)
+            acl.describe_groups.update(describe_groups)
+            return acl
+
+    def _allowed(self, operation: str, name: str) -> bool:
+        """``operation`` is describe_topics / read_topics / describe_groups."""
+        if self.acls is None:
+            return True
+        session = _SESSION.get()
+        principal = session.principal if session is not None else None
+        acl = self.acls.get(principal or "ANONYMOUS")
+        return acl is not None and Acl._has(getattr(acl, operation), name)
+
     # ---------------------------------------------------------------- faults
     def inject_group_error(self, group_id: str, error_code: int, *, count: int | None = None,
                            apis: Iterable[int | str | ApiKey] = (ApiKey.OffsetFetch,)) -> None:
@@ -739,6 +860,8 @@ class FakeKafkaCluster:
         assert task is not None
         task.broker_id = broker.node_id  # type: ignore[attr-defined]
         self._conn_tasks.add(task)
+        session = _Session()
+        _SESSION.set(session)  # this connection's task has its own context
         try:
             while broker.up:
                 size = struct.unpack(">i", await reader.readexactly(4))[0]
@@ -750,6 +873,12 @@ class FakeKafkaCluster:
                     break
                 writer.write(response)
                 await writer.drain()
+                if session.close_after_response:
+                    # Kafka delays closing after a failed authentication
+                    # (connection.failed.authentication.delay.ms, 100 ms by default, KIP-306); a
+                    # close racing the response would make the client see EOF, not the error
+                    await asyncio.sleep(0.1)
+                    break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
         except Exception:
@@ -774,6 +903,12 @@ class FakeKafkaCluster:
             log.warning("broker %s: %s v%s not supported; closing", broker.node_id,
                         ApiKey(api_key).name, api_version)
             return None
+        session = _SESSION.get()
+        if self.sasl_users is not None and api_key not in _PRE_AUTH_APIS and (
+                session is None or session.principal is None):
+            log.warning("broker %s: %s before SASL authentication; closing", broker.node_id,
+                        ApiKey(api_key).name)
+            return None
         request = spec.request.decode(frame, version=api_version, header=True)
         header = request.header
         with self._lock:
@@ -792,6 +927,8 @@ class FakeKafkaCluster:
 
     # ---------------------------------------------------------------- routing/faults
     def _group_error(self, broker: _Broker, group_id: str, api_key: int) -> int:
+        if not self._allowed("describe_groups", group_id):
+            return GROUP_AUTHORIZATION_FAILED
         if self.coordinator_of(group_id) != broker.node_id:
             return NOT_COORDINATOR
         return self._consume_fault(group_id, api_key)
@@ -815,17 +952,91 @@ class FakeKafkaCluster:
     def _api_versions(self, broker: _Broker, request: Any, version: int) -> Any:
         return self._api_versions_body(broker, version)
 
+    def _sasl_handshake(self, broker: _Broker, request: Any, version: int) -> Any:
+        session = _SESSION.get()
+        assert session is not None
+        enabled = list(self.sasl_mechanisms)
+        if self.sasl_users is None or session.mechanism is not None:
+            session.close_after_response = True
+            return SaslHandshakeResponse(version=version, error_code=ILLEGAL_SASL_STATE,
+                                         mechanisms=enabled)
+        if request.mechanism not in enabled:
+            session.close_after_response = True
+            return SaslHandshakeResponse(version=version, error_code=UNSUPPORTED_SASL_MECHANISM,
+                                         mechanisms=enabled)
+        session.mechanism = request.mechanism
+        return SaslHandshakeResponse(version=version, error_code=NONE, mechanisms=enabled)
+
+    def _sasl_authenticate(self, broker: _Broker, request: Any, version: int) -> Any:
+        session = _SESSION.get()
+        assert session is not None
+
+        def answer(data: bytes = b"", error: int = NONE, message: str | None = None) -> Any:
+            if error:
+                session.close_after_response = True
+            return SaslAuthenticateResponse(version=version, error_code=error,
+                                            error_message=message, auth_bytes=data,
+                                            session_lifetime_ms=0)
+
+        mechanism = session.mechanism
+        failed = _AUTH_FAILED_MESSAGE.format(mechanism)
+        if mechanism is None:
+            return answer(error=ILLEGAL_SASL_STATE, message="SaslAuthenticate before handshake")
+        token = bytes(request.auth_bytes)
+        if mechanism == "PLAIN":
+            _authzid, user, password = [*token.decode("utf-8").split("\x00"), "", "", ""][:3]
+            if user in self.plain_users and hmac.compare_digest(self.plain_users[user], password):
+                session.principal = user
+                return answer()
+            return answer(error=SASL_AUTHENTICATION_FAILED,
+                          message="Authentication failed: Invalid username or password")
+        scram = session.scram
+        if not scram:  # client-first: "n,,n=user,r=nonce"
+            text = token.decode("utf-8")
+            bare = text.split(",", 2)[2]
+            attrs = dict(kv.split("=", 1) for kv in bare.split(","))
+            user = attrs.get("n", "")
+            creds = (self.sasl_users or {}).get(user, {}).get(mechanism)
+            if creds is None:
+                return answer(error=SASL_AUTHENTICATION_FAILED, message=failed)
+            salt, stored_key, server_key = creds
+            nonce = attrs["r"] + base64.b64encode(os.urandom(12)).decode()
+            server_first = f"r={nonce},s={base64.b64encode(salt).decode()},i={_SCRAM_ITERATIONS}"
+            scram.update(user=user, bare=bare, server_first=server_first, nonce=nonce,
+                         stored_key=stored_key, server_key=server_key)
+            return answer(server_first.encode())
+        # client-final: "c=biws,r=nonce,p=proof"
+        text = token.decode("utf-8")
+        without_proof, _, proof_b64 = text.rpartition(",p=")
+        attrs = dict(kv.split("=", 1) for kv in without_proof.split(","))
+        h = _SCRAM_HASHES[mechanism]
+        auth_message = f"{scram['bare']},{scram['server_first']},{without_proof}".encode()
+        signature = hmac.new(scram["stored_key"], auth_message, h).digest()
+        proof = base64.b64decode(proof_b64)
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=False))
+        if attrs.get("r") != scram["nonce"] or len(proof) != len(signature) or \
+                not hmac.compare_digest(h(client_key).digest(), scram["stored_key"]):
+            return answer(error=SASL_AUTHENTICATION_FAILED, message=failed)
+        session.principal = scram["user"]
+        server_signature = hmac.new(scram["server_key"], auth_message, h).digest()
+        return answer(f"v={base64.b64encode(server_signature).decode()}".encode())
+
     def _metadata(self, broker: _Broker, request: Any, version: int) -> Any:
         R = MetadataResponse
         brokers = [R.MetadataResponseBroker(node_id=b, host=LOOPBACK, port=self._brokers[b].port,
                                             rack=None) for b in self.broker_ids]
         names: list[str] | None
         if request.topics is None or (version == 0 and not request.topics):
-            names = sorted(self.topics)
+            names = [t for t in sorted(self.topics) if self._allowed("describe_topics", t)]
         else:
             names = [t.name for t in request.topics]
         topics = []
         for name in names:
+            if not self._allowed("describe_topics", name):
+                topics.append(R.MetadataResponseTopic(
+                    error_code=TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=uuid.UUID(int=0),
+                    is_internal=False, partitions=[], authorized_operations=None))
+                continue
             parts = self.topics.get(name)
             if parts is None:
                 topics.append(R.MetadataResponseTopic(
@@ -847,6 +1058,8 @@ class FakeKafkaCluster:
     def _answer_coordinator(self, key: str, key_type: int) -> tuple[int, int]:
         """(error, node id) for one FindCoordinator key."""
         if key_type == 0:
+            if not self._allowed("describe_groups", key):
+                return GROUP_AUTHORIZATION_FAILED, -1
             error = self._consume_fault(key, ApiKey.FindCoordinator)
             if error:
                 return error, -1
@@ -883,6 +1096,8 @@ class FakeKafkaCluster:
             group = self.groups[gid]
             if self.coordinator_of(gid) != broker.node_id or group.state == "Dead":
                 continue
+            if not self._allowed("describe_groups", gid):
+                continue  # Kafka lists only the groups the principal may describe
             if (states and group.state.lower() not in states) or (
                     types and group.group_type.lower() not in types):
                 continue
@@ -989,10 +1204,14 @@ class FakeKafkaCluster:
 
         if topics is None:  # KIP-88: every partition the group has offsets for
             for (topic, p), committed in sorted(stored.items()):
-                one(topic, p, committed)
+                if self._allowed("describe_topics", topic):  # others silently left out
+                    one(topic, p, committed)
         else:
             for topic, partitions in topics:
                 for p in partitions:
+                    if not self._allowed("describe_topics", topic):
+                        by_topic[topic].append((p, -1, -1, "", TOPIC_AUTHORIZATION_FAILED))
+                        continue
                     one(topic, p, stored.get((topic, p)))
         return NONE, list(by_topic.items())
 
@@ -1047,6 +1266,8 @@ class FakeKafkaCluster:
             parts = []
             for rp in t.partitions:
                 error, part = self._partition_for_request(broker, t.name, rp.partition_index)
+                if not self._allowed("describe_topics", t.name):
+                    error, part = TOPIC_AUTHORIZATION_FAILED, None
                 offset = -1
                 if part is not None:
                     if rp.timestamp == _LATEST:
@@ -1071,6 +1292,8 @@ class FakeKafkaCluster:
             parts = []
             for fp in t.partitions:
                 error, part = self._partition_for_request(broker, t.topic, fp.partition)
+                if not self._allowed("read_topics", t.topic):
+                    error, part = TOPIC_AUTHORIZATION_FAILED, None
                 if part is None:
                     parts.append(P(partition_index=fp.partition, error_code=error,
                                    high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,

@@ -1,0 +1,383 @@
+"""Issue 14, secure by default: one strict option normaliser, secrets never shown, SASL/TLS
+refusals named fast, ACL refusals named and recorded (partial snapshots), reconcile never
+passing on less than a full check.
+
+Against the in-test broker (tests/support/fake_broker.py) with SASL/SCRAM (a real RFC 5802
+exchange; kafka-python is the client) and ACL answers as Kafka's StandardAuthorizer gives
+them, and a real TLS listener (Python's ssl with certificates made here) for the TLS cases.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import ipaddress
+import logging
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelines import redaction
+from pipelines.kafka_options import (
+    KafkaAuthenticationError,
+    KafkaOptionError,
+    gather,
+    normalize,
+    read_properties,
+)
+from pipelines.reconcile.cluster import capture_snapshot
+from pipelines.sources.kafka_source import (
+    KafkaAuthenticationFailed,
+    KafkaNotAuthorized,
+    KafkaSourceConfigError,
+    SourceOptions,
+    check_access,
+)
+from tests.support.fake_broker import OFFSETS_TOPIC, FakeKafkaCluster
+
+PASSWORD = "Pw-7f3c9a-unguessable"  # the test secret every check greps for
+FAST = {"timeout_s": 10, "request_timeout_ms": 5000, "retry_backoff_ms": 10,
+        "max_backoff_ms": 50}
+
+
+def sasl(user: str = "auditor", password: str = PASSWORD,
+         mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+            "sasl_plain_username": user, "sasl_plain_password": password}
+
+
+def admin_defaults() -> dict[str, Any]:
+    from kafka.admin import KafkaAdminClient
+
+    return dict(KafkaAdminClient.DEFAULT_CONFIG)
+
+
+# ----------------------------------------------------------------------------- normaliser
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"no.such.option": "1"}, "unknown Kafka option"),
+    ({"security.protocol": "SSL", "ssl.check.hostname": "flase"}, "expected true or false"),
+    ({"security.protocol": "SASL_PLAIN"}, "security.protocol='SASL_PLAIN'"),
+    ({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-1",
+      "sasl.plain.username": "u", "sasl.plain.password": PASSWORD}, "sasl.mechanism="),
+    ({"security.protocol": "SASL_SSL", "sasl.plain.username": "u",
+      "sasl.plain.password": PASSWORD}, "needs sasl.mechanism"),
+    ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+      "sasl.plain.username": "u"}, "needs sasl.plain.password"),
+    # SASL settings with a missing or mistyped protocol: the client used to speak plaintext
+    ({"sasl.mechanism": "SCRAM-SHA-512", "sasl.plain.username": "u",
+      "sasl.plain.password": PASSWORD}, "security.protocol is PLAINTEXT"),
+    ({"security.protocol": "SSL", "sasl.plain.password": PASSWORD}, "security.protocol is SSL"),
+    ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.plain.username": "u",
+      "sasl.plain.password": PASSWORD, "ssl.cafile": "/etc/hostname"},
+     "security.protocol is SASL_PLAINTEXT"),
+    ({"security.protocol": "SSL", "ssl.cafile": "/no/such/ca.pem"}, "no such file"),
+    ({"security.protocol": "SSL", "ssl.truststore.location": "/x/truststore.jks"}, "only PEM"),
+])
+def test_one_strict_normaliser_for_ingest_and_snapshot(options: dict[str, str],
+                                                       message: str) -> None:
+    """The same refusal, in one line, from the normaliser, the kafka source (ingest) and the
+    snapshot's option handling; the password never appears in it."""
+    from pipelines.reconcile.snapshot import _client_config
+
+    with pytest.raises(KafkaOptionError, match=message) as direct:
+        normalize(options, admin_defaults())
+    with pytest.raises(KafkaSourceConfigError) as ingest:
+        SourceOptions.from_options({"bootstrap_servers": "b:1",
+                                    **{f"kafka.{k}": v for k, v in options.items()}})
+    with pytest.raises(KafkaOptionError) as snapshot:
+        _client_config(options)
+    for error in (direct.value, ingest.value, snapshot.value):
+        assert "\n" not in str(error) and PASSWORD not in str(error)
+    assert str(ingest.value) == str(direct.value) == str(snapshot.value)
+
+
+def test_valid_options_in_every_spelling() -> None:
+    defaults = admin_defaults()
+    typed = normalize({"security.protocol": "sasl_ssl", "sasl_mechanism": "scram-sha-512",
+                       "sasl.jaas.config": 'org.apache.kafka.common.security.scram.'
+                       f'ScramLoginModule required username="auditor" password="{PASSWORD}";',
+                       "ssl.endpoint.identification.algorithm": "",
+                       "request.timeout.ms": "5000", "ssl.check.hostname": "TRUE"}, defaults)
+    assert typed == {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+                     "sasl_plain_username": "auditor", "sasl_plain_password": PASSWORD,
+                     "ssl_check_hostname": True, "request_timeout_ms": 5000}
+
+
+def test_secrets_from_a_properties_file_and_the_environment(tmp_path: Path) -> None:
+    """Kafka's --command-config format (comments, continuations, ':' separators) and
+    OFFSETLAKE_KAFKA_OPTION_* env vars; the command line wins, then env, then the file."""
+    props = tmp_path / "client.properties"
+    props.write_text("# client settings\n! also a comment\n"
+                     "security.protocol=SASL_PLAINTEXT\n"
+                     "sasl.mechanism : SCRAM-SHA-256\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule \\\n"
+                     f'    required username="from-file" password="{PASSWORD}";\n'
+                     "request.timeout.ms=7000\n", encoding="utf-8")
+    assert read_properties(props)["sasl.mechanism"] == "SCRAM-SHA-256"
+    raw = gather({"request.timeout.ms": "9000"}, props,
+                 {"OFFSETLAKE_KAFKA_OPTION_SASL_MECHANISM": "SCRAM-SHA-512", "HOME": "/x"})
+    typed = normalize(raw, admin_defaults())
+    assert typed["sasl_plain_password"] == PASSWORD
+    assert (typed["sasl_mechanism"], typed["request_timeout_ms"]) == ("SCRAM-SHA-512", 9000)
+    env_only = normalize(gather({}, None, {
+        "OFFSETLAKE_KAFKA_OPTION_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "OFFSETLAKE_KAFKA_OPTION_SASL_MECHANISM": "PLAIN",
+        "OFFSETLAKE_KAFKA_OPTION_SASL_PLAIN_USERNAME": "u",
+        "OFFSETLAKE_KAFKA_OPTION_SASL_PLAIN_PASSWORD": PASSWORD}), admin_defaults())
+    assert env_only["sasl_plain_password"] == PASSWORD
+    with pytest.raises(KafkaOptionError, match="cannot read Kafka options file"):
+        gather({}, tmp_path / "missing.properties", {})
+
+
+# ----------------------------------------------------------------------------- redaction
+
+
+def test_redact_masks_secret_keys_and_known_values() -> None:
+    redaction.register_secret("another-known-secret")
+    text = ("{'sasl_plain_password': 'abc def', 'client_id': 'x'} sasl.jaas.config=Scram "
+            'token="t0k" ssl_password: pem-pass and another-known-secret in free text')
+    clean = redaction.redact(text)
+    for secret in ("abc def", "t0k", "pem-pass", "another-known-secret", "Scram"):
+        assert secret not in clean
+    assert "'client_id': 'x'" in clean and "'sasl_plain_password': '***'" in clean
+
+
+@pytest.fixture
+def scram_kafka() -> Iterator[FakeKafkaCluster]:
+    with FakeKafkaCluster(num_brokers=2, max_lifetime_s=120) as kafka:
+        kafka.enable_sasl({"auditor": PASSWORD, "limited": PASSWORD, "nobody": PASSWORD})
+        yield kafka
+
+
+def test_kafka_python_debug_logs_are_redacted(scram_kafka: FakeKafkaCluster) -> None:
+    """KafkaAdminClient logs its whole configuration (password included) at DEBUG; the filter
+    on the root handler masks it, and the capture still works over SCRAM-SHA-512."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        redaction.install()
+        snapshot = capture_snapshot(scram_kafka.bootstrap_servers, **FAST, **sasl())
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    output = stream.getvalue()
+    assert "Starting KafkaAdminClient with configuration" in output  # kafka-python's own line
+    assert "'sasl_plain_password': '***'" in output
+    assert PASSWORD not in output
+    assert snapshot.points and not snapshot.partial
+
+
+# ----------------------------------------------------------------------------- authentication
+
+
+@pytest.mark.parametrize(("user", "password", "mechanism", "reason"), [
+    ("auditor", "wrong-password", "SCRAM-SHA-512", "bad credentials or unknown user"),
+    ("intruder", PASSWORD, "SCRAM-SHA-512", "bad credentials or unknown user"),
+    ("auditor", PASSWORD, "SCRAM-SHA-256", "SASL mechanism SCRAM-SHA-256 is not enabled"),
+    ("auditor", PASSWORD, "PLAIN", "SASL mechanism PLAIN is not enabled"),
+])
+def test_authentication_failures_are_named_and_fast(user: str, password: str, mechanism: str,
+                                                     reason: str) -> None:
+    """Snapshot and ingest name the refusal in one line within ~1 s, not "cannot reach
+    broker(s) within 10s" after kafka-python's retry loop."""
+    with FakeKafkaCluster(num_brokers=1, max_lifetime_s=60) as kafka:
+        kafka.enable_sasl({"auditor": PASSWORD}, mechanisms=("SCRAM-SHA-512",))
+        started = time.monotonic()
+        with pytest.raises(KafkaAuthenticationError, match=reason) as snap:
+            capture_snapshot(kafka.bootstrap_servers, **FAST, **sasl(user, password, mechanism))
+        snapshot_s = time.monotonic() - started
+        started = time.monotonic()
+        with pytest.raises(KafkaAuthenticationFailed, match=reason) as ingest:
+            check_access({"bootstrap_servers": kafka.bootstrap_servers, "connect_timeout_s": "10",
+                          **{f"kafka.{k}": v for k, v in sasl(user, password, mechanism).items()}})
+        ingest_s = time.monotonic() - started
+    assert snapshot_s < 3 and ingest_s < 3, (snapshot_s, ingest_s)
+    for error in (snap.value, ingest.value):
+        assert "\n" not in str(error) and PASSWORD not in str(error) and password not in str(error)
+
+
+def _make_certs(tmp: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and one for another host, an unrelated CA."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = dt.datetime.now(dt.timezone.utc)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def key() -> Any:
+        return ec.generate_private_key(ec.SECP256R1())
+
+    def ca(cn: str) -> tuple[Any, Any]:
+        k = key()
+        cert = (x509.CertificateBuilder().subject_name(name(cn)).issuer_name(name(cn))
+                .public_key(k.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - dt.timedelta(days=1))
+                .not_valid_after(now + dt.timedelta(days=1))
+                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                .sign(k, hashes.SHA256()))
+        return k, cert
+
+    def leaf(ca_key: Any, ca_cert: Any, san: x509.GeneralName) -> tuple[Any, Any]:
+        k = key()
+        cert = (x509.CertificateBuilder().subject_name(name("broker"))
+                .issuer_name(ca_cert.subject).public_key(k.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now - dt.timedelta(days=1))
+                .not_valid_after(now + dt.timedelta(days=1))
+                .add_extension(x509.SubjectAlternativeName([san]), critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        return k, cert
+
+    def write(path: Path, *objs: Any) -> Path:
+        out = b""
+        for obj in objs:
+            if hasattr(obj, "private_bytes"):
+                out += obj.private_bytes(serialization.Encoding.PEM,
+                                         serialization.PrivateFormat.PKCS8,
+                                         serialization.NoEncryption())
+            else:
+                out += obj.public_bytes(serialization.Encoding.PEM)
+        path.write_bytes(out)
+        return path
+
+    ca_key, ca_cert = ca("offsetlake test CA")
+    _other_key, other_ca = ca("some other CA")
+    good_key, good = leaf(ca_key, ca_cert, x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+    wrong_key, wrong = leaf(ca_key, ca_cert, x509.DNSName("kafka.other.example"))
+    return {"ca": write(tmp / "ca.pem", ca_cert), "other_ca": write(tmp / "other-ca.pem", other_ca),
+            "good": write(tmp / "good.pem", good, good_key),
+            "wrong_host": write(tmp / "wrong-host.pem", wrong, wrong_key)}
+
+
+class _TlsListener:
+    """A real TLS server on loopback: completes handshakes (then closes), nothing more."""
+
+    def __init__(self, certfile: Path) -> None:
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.load_cert_chain(str(certfile))
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            try:
+                conn.settimeout(2)
+                with self.context.wrap_socket(conn, server_side=True):
+                    pass
+            except (OSError, ssl.SSLError):
+                pass
+            finally:
+                conn.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(2)
+        self.sock.close()
+
+
+@pytest.mark.parametrize(("server_cert", "ca", "reason"), [
+    ("good", "other_ca", "TLS certificate verification failed"),
+    ("wrong_host", "ca", "TLS hostname verification failed"),
+])
+def test_tls_failures_are_named_and_fast(tmp_path: Path, server_cert: str, ca: str,
+                                         reason: str) -> None:
+    certs = _make_certs(tmp_path)
+    listener = _TlsListener(certs[server_cert])
+    try:
+        servers = f"127.0.0.1:{listener.port}"
+        tls = {"security_protocol": "SSL", "ssl_cafile": str(certs[ca])}
+        started = time.monotonic()
+        with pytest.raises(KafkaAuthenticationError, match=reason):
+            capture_snapshot(servers, **FAST, **tls)
+        with pytest.raises(KafkaAuthenticationFailed, match=reason):
+            check_access({"bootstrap_servers": servers,
+                          **{f"kafka.{k}": v for k, v in tls.items()}})
+        assert time.monotonic() - started < 5
+    finally:
+        listener.close()
+
+
+# ----------------------------------------------------------------------------- authorization
+
+
+def _acl_cluster(kafka: FakeKafkaCluster) -> None:
+    """Six groups on two topics; ``limited`` may describe 2 groups and one topic."""
+    kafka.add_topic("orders", 2, log_end_offsets=[50, 60])
+    kafka.add_topic("payments", 2, log_end_offsets=[70, 80])
+    for i in range(6):
+        for topic in ("orders", "payments"):
+            kafka.commit(f"g{i}", topic, 0, 10 + i)
+    kafka.grant("auditor", describe_topics=["*"], read_topics=[OFFSETS_TOPIC],
+                describe_groups=["*"])
+    kafka.grant("limited", describe_topics=["orders"], describe_groups=["g0", "g1"])
+    kafka.grant("nobody")
+
+
+def _lake_knowledge() -> dict[str, set[tuple[str, int]]]:
+    return {f"g{i}": {("orders", 0), ("payments", 0)} for i in range(6)}
+
+
+def test_snapshot_records_what_acls_hide(scram_kafka: FakeKafkaCluster) -> None:
+    _acl_cluster(scram_kafka)
+    full = capture_snapshot(scram_kafka.bootstrap_servers, **FAST, **sasl(),
+                            expected_offsets=_lake_knowledge())
+    assert not full.partial and not full.not_authorized
+    assert sum(1 for r in full.offsets if r.error_code == 0) == 12
+
+    limited = capture_snapshot(scram_kafka.bootstrap_servers, **FAST, **sasl("limited"),
+                               expected_offsets=_lake_knowledge())
+    assert limited.partial
+    assert limited.not_authorized == ["group:g2", "group:g3", "group:g4", "group:g5",
+                                      f"topic:{OFFSETS_TOPIC}", "topic:payments"]
+    assert {g.group_id for g in limited.groups} == {"g0", "g1"}  # ListGroups hid the rest
+    refused = {(r.group_id, r.topic, r.error_name) for r in limited.offsets if r.error_code}
+    assert ("g0", "payments", "TOPIC_AUTHORIZATION_FAILED") in refused
+    assert ("g3", None, "GROUP_AUTHORIZATION_FAILED") in refused
+
+    nobody = capture_snapshot(scram_kafka.bootstrap_servers, **FAST, **sasl("nobody"))
+    assert nobody.partial and nobody.not_authorized == [f"topic:{OFFSETS_TOPIC}"]
+    assert not nobody.points and any("no snapshot point" in e for e in nobody.errors)
+
+
+def test_ingest_access_check_names_missing_acls(scram_kafka: FakeKafkaCluster) -> None:
+    """Ingest as a principal without DESCRIBE, or without READ, on __consumer_offsets: "not
+    authorized", never KafkaTopicNotFound."""
+    _acl_cluster(scram_kafka)
+    scram_kafka.grant("reader", describe_topics=[OFFSETS_TOPIC])
+    scram_kafka.enable_sasl({"auditor": PASSWORD, "limited": PASSWORD, "reader": PASSWORD})
+
+    def options(user: str) -> dict[str, str]:
+        return {"bootstrap_servers": scram_kafka.bootstrap_servers,
+                **{f"kafka.{k}": v for k, v in sasl(user).items()}}
+
+    assert check_access(options("auditor")) == [0, 1, 2, 3, 4]
+    with pytest.raises(KafkaNotAuthorized, match="not authorized to describe"):
+        check_access(options("limited"))
+    with pytest.raises(KafkaNotAuthorized, match="needs READ"):
+        check_access(options("reader"))
