@@ -234,18 +234,34 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     return spark
 
 
+def jvm_class_visible(spark, class_name: str) -> bool:
+    """Whether ``class_name`` loads through Spark's own class loader.
+
+    Jars given with ``--jars``, ``--packages`` or ``spark.jars`` live in Spark's
+    (context) class loader, not on the application class path that ``Class.forName``
+    searches from py4j's side; ``Utils.classForName`` asks the context-or-Spark class loader,
+    the same one Spark uses to find data sources and session extensions.
+    """
+    jvm = spark._jvm
+    attempts = (
+        lambda: jvm.org.apache.spark.util.Utils.classForName(class_name, False, False),
+        lambda: jvm.java.lang.Thread.currentThread().getContextClassLoader().loadClass(class_name),
+        lambda: jvm.java.lang.Class.forName(class_name),
+    )
+    for attempt in attempts:
+        try:
+            attempt()
+            return True
+        except Exception:  # py4j's Py4JJavaError/Py4JError: not visible to this loader
+            continue
+    return False
+
+
 def has_delta_jars(spark) -> bool:
-    """Whether delta-spark's JVM classes are on the classpath (they are not installable here)."""
-    try:
-        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
-        return True
-    except Exception:
-        return False
+    """Whether delta-spark's JVM classes are visible to Spark (they are not installable here)."""
+    return jvm_class_visible(spark, "io.delta.tables.DeltaTable")
 
 
 def has_kafka_connector(spark) -> bool:
-    try:
-        spark._jvm.java.lang.Class.forName("org.apache.spark.sql.kafka010.KafkaSourceProvider")
-        return True
-    except Exception:
-        return False
+    """Whether Spark's kafka source (spark-sql-kafka-0-10) is visible to Spark."""
+    return jvm_class_visible(spark, "org.apache.spark.sql.kafka010.KafkaSourceProvider")

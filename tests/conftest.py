@@ -37,12 +37,21 @@ def scenario_a() -> Path:
 
 @pytest.fixture(scope="session")
 def spark():
-    """The one local SparkSession of the test run (start-up is the expensive part)."""
-    from pipelines.spark import spark_session
+    """The one local SparkSession of the test run (start-up is the expensive part).
+
+    Where delta-spark's jars are given (``PYSPARK_SUBMIT_ARGS="--packages ..."``, ``spark.jars``),
+    the session gets Delta's SQL extension and catalog, as users' sessions have them: session
+    extensions are fixed at creation, so a first session finds out whether the jars are
+    visible and, if they are, is replaced by one configured for Delta.
+    """
+    from pipelines.spark import has_delta_jars, spark_session
 
     # C1-only JIT: starts faster, which is what a test run needs (PLATFORM.md); jobs keep C2.
-    session = spark_session("offsetlake-tests", master="local[2]",
-                            extra_conf={"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"})
+    conf = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    session = spark_session("offsetlake-tests", master="local[2]", extra_conf=conf)
+    if has_delta_jars(session) and "io.delta" not in (session.conf.get("spark.sql.extensions", "") or ""):
+        session.stop()
+        session = spark_session("offsetlake-tests", master="local[2]", delta_spark=True, extra_conf=conf)
     yield session
     session.stop()
 
