@@ -21,6 +21,15 @@ Cluster settings reach the commands as environment variables rendered from the D
 per-run override of a param is data for the shell, never code. The spark-submit command
 line is built from the same parts SparkSubmitOperator takes (:func:`operator_kwargs`);
 switching to the provider is ``SparkSubmitOperator(task_id=..., **operator_kwargs(c, t))``.
+
+Secrets are never in this file's output: rendered commands and task environments are shown
+in the UI and task logs. ``kafka_secrets`` maps a Kafka option to the *name* of an
+environment variable of the worker (filled by the deployment's secret store); the command
+holds only the reference, ``OFFSETLAKE_KAFKA_OPTION_SASL_PLAIN_PASSWORD="$KAFKA_PASSWORD"``,
+which the task's shell resolves at run time, in the task process. ``kafka_options_file``
+names a Java-properties file on the worker (like Kafka's ``--command-config``). ``${VAR}``
+is expanded at parse time only in paths and names, never in ``env``, ``kafka_options`` or
+``kafka_secrets``, and a secret-looking ``kafka_options``/``env`` entry is a config error.
 """
 
 from __future__ import annotations
@@ -75,7 +84,12 @@ PARAM_ENV = {
 }
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_PATH_KEYS = ("lake", "segments_path", "recorded", "repo", "python")
+_PATH_KEYS = ("lake", "segments_path", "recorded", "repo", "python", "kafka_options_file")
+# never expanded at parse time: an expanded secret would be rendered into commands/env
+_NOT_EXPANDED = ("env", "kafka_options", "kafka_secrets")
+# the same keys pipelines.redaction treats as secret (this file imports nothing from pipelines)
+_SECRET_KEY = re.compile(r"password|passwd|secret|token|jaas|credential", re.IGNORECASE)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class ConfigError(ValueError):
@@ -102,6 +116,8 @@ class Cluster:
     description: str = ""
     demo: dict[str, Any] | None = None
     kafka_options: dict[str, str] = field(default_factory=dict)
+    kafka_options_file: str | None = None
+    kafka_secrets: dict[str, str] = field(default_factory=dict)  # option -> worker env var name
     env: dict[str, str] = field(default_factory=dict)
     spark: dict[str, Any] = field(default_factory=dict)
     tasks: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -115,11 +131,12 @@ class Cluster:
 
 
 def _expand(value: Any) -> Any:
-    """``${VAR}`` / ``${VAR:-default}`` in every string of a JSON value."""
+    """``${VAR}`` / ``${VAR:-default}`` in every string of a JSON value, except under the
+    keys of ``_NOT_EXPANDED`` (secrets must not be resolved at parse time)."""
     if isinstance(value, str):
         return _VAR.sub(lambda m: os.environ.get(m.group(1)) or (m.group(2) or ""), value)
     if isinstance(value, dict):
-        return {k: _expand(v) for k, v in value.items()}
+        return {k: v if k in _NOT_EXPANDED else _expand(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_expand(v) for v in value]
     return value
@@ -175,6 +192,19 @@ def _cluster(raw: dict[str, Any], base: Path, where: str) -> Cluster:
     need(retention >= 168, f"retention_hours must be >= 168, got {retention}")
     unknown = set(raw.get("tasks") or {}) - set(TASK_DEFAULTS)
     need(not unknown, f"unknown tasks {sorted(unknown)}; known: {sorted(TASK_DEFAULTS)}")
+    for section in ("kafka_options", "env"):
+        for key, value in (raw.get(section) or {}).items():
+            need(not _SECRET_KEY.search(str(key)),
+                 f"{section}.{key}: secrets do not belong in clusters.json (rendered commands "
+                 "and task environments are visible): name the worker's environment variable "
+                 "holding it in kafka_secrets, or use kafka_options_file")
+            need("$" not in str(value),
+                 f"{section}.{key}: '$' references are not expanded here; a secret goes in "
+                 "kafka_secrets as the name of the worker's environment variable")
+    for key, var in (raw.get("kafka_secrets") or {}).items():
+        need(isinstance(var, str) and bool(_ENV_NAME.match(var)),
+             f"kafka_secrets.{key}: expected the NAME of an environment variable of the worker "
+             f"(resolved at run time), got {'a value' if var else var!r}")
     start = datetime.fromisoformat(str(raw.get("start_date", "2026-01-01")))
     return Cluster(
         cluster_id=cid, lake=raw["lake"], source=source, runner=runner, delta_engine=engine,
@@ -185,6 +215,8 @@ def _cluster(raw: dict[str, Any], base: Path, where: str) -> Cluster:
         bootstrap_servers=raw.get("bootstrap_servers"), recorded=raw.get("recorded"),
         description=raw.get("description", ""), demo=demo,
         kafka_options={str(k): str(v) for k, v in (raw.get("kafka_options") or {}).items()},
+        kafka_options_file=raw.get("kafka_options_file"),
+        kafka_secrets={str(k): str(v) for k, v in (raw.get("kafka_secrets") or {}).items()},
         env={str(k): str(v) for k, v in (raw.get("env") or {}).items()},
         spark=dict(raw.get("spark") or {}),
         tasks={t: {**TASK_DEFAULTS[t], **(raw.get("tasks") or {}).get(t, {})}
@@ -236,10 +268,29 @@ def _flags(c: Cluster, task: str) -> list[tuple[str, str, bool]]:
 
 def _fixed_args(c: Cluster, task: str) -> list[str]:
     args = ["--trigger", "available-now"] if task == "ingest" else []
-    if task == "ingest" or (task == "snapshot" and not c.recorded):
+    if _talks_to_kafka(c, task):
         for key, value in sorted(c.kafka_options.items()):
             args += ["--kafka-option", f"{key}={value}"]
+        if c.kafka_options_file:
+            args += ["--kafka-options-file", c.kafka_options_file]
     return args
+
+
+def _talks_to_kafka(c: Cluster, task: str) -> bool:
+    return (task == "ingest" and c.source != "segments") or (task == "snapshot" and not c.recorded)
+
+
+def secret_env_prefix(c: Cluster, task: str) -> str:
+    """``OFFSETLAKE_KAFKA_OPTION_<KEY>="$WORKER_VAR" `` per ``kafka_secrets`` entry: shell text
+    holding references only, resolved by the task's shell at run time (a missing variable
+    fails the task with its name, never the value)."""
+    if not _talks_to_kafka(c, task):
+        return ""
+    parts = []
+    for key, var in sorted(c.kafka_secrets.items()):
+        name = "OFFSETLAKE_KAFKA_OPTION_" + re.sub(r"[^A-Za-z0-9]", "_", key).upper()
+        parts.append(f'{name}="${{{var}:?{var} is not set on the worker}}"')
+    return " ".join(parts) + " " if parts else ""
 
 
 def cli_args(c: Cluster, task: str) -> str:
@@ -281,7 +332,7 @@ def task_command(c: Cluster, task: str) -> str:
         program = " ".join(shlex.quote(p) for p in _spark_submit_prefix(c, task))
     else:
         program = f"{shlex.quote(c.python)} -m pipelines.cli {task}"
-    return f"{program} {cli_args(c, task)}"
+    return f"{secret_env_prefix(c, task)}{program} {cli_args(c, task)}"
 
 
 def demo_command(c: Cluster) -> str:

@@ -185,6 +185,66 @@ def test_bad_config_is_an_import_error(tmp_path: Path, monkeypatch: pytest.Monke
     assert "clusters[0]: source kafka needs bootstrap_servers" in error
 
 
+DAG_PASSWORD = "Dag-Pw-5e1b77-unguessable"
+
+
+def _sasl_cluster(**extra: Any) -> dict[str, Any]:
+    return {"cluster_id": "sasl", "source": "kafka", "lake": "lake", "runner": "bash",
+            "bootstrap_servers": "127.0.0.1:1",
+            "kafka_options": {"security.protocol": "SASL_PLAINTEXT",
+                              "sasl.mechanism": "SCRAM-SHA-512",
+                              "sasl.plain.username": "auditor"}, **extra}
+
+
+def test_dag_passes_secret_references_never_values(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14: with the password in the worker's environment at parse time, no rendered
+    command or task environment of any task holds it; the command holds a reference the
+    task's shell resolves at run time (checked by running it); ``${VAR}`` or a secret key in
+    kafka_options/env is refused instead of being expanded into the DAG."""
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD", DAG_PASSWORD)
+    config = write_config(tmp_path / "clusters.json", [_sasl_cluster(
+        kafka_secrets={"sasl.plain.password": "KAFKA_SASL_PASSWORD"},
+        kafka_options_file=str(tmp_path / "client.properties"))])
+    bag = dagbag(config, monkeypatch)
+    assert bag.import_errors == {}
+    dag = bag.dags["offsetlake_sasl"]
+    context = {"params": dag.params.dump()}
+    rendered: list[str] = []
+    for task in dag.tasks:
+        for name in task.template_fields:
+            value = getattr(task, name, None)
+            if value is not None:
+                rendered.append(json.dumps(task.render_template(value, context), default=str))
+    assert rendered and all(DAG_PASSWORD not in text for text in rendered)
+    command = dag.get_task("snapshot").bash_command
+    assert ('OFFSETLAKE_KAFKA_OPTION_SASL_PLAIN_PASSWORD="${KAFKA_SASL_PASSWORD:?'
+            in command)
+    assert f"--kafka-options-file {tmp_path / 'client.properties'}" in command
+    # the reference is resolved by the task's shell, at run time, into the CLI's env only
+    probe = command.split(" " + sys.executable, 1)[0] + " env"
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True,
+                         env={**os.environ}).stdout
+    assert f"OFFSETLAKE_KAFKA_OPTION_SASL_PLAIN_PASSWORD={DAG_PASSWORD}" in out.splitlines()
+    missing = subprocess.run(["bash", "-c", probe], capture_output=True, text=True,
+                             env={"PATH": os.environ["PATH"]})
+    assert missing.returncode != 0 and "KAFKA_SASL_PASSWORD is not set" in missing.stderr
+
+    for bad, why in (({"kafka_options": {"sasl.plain.password": DAG_PASSWORD}},
+                      "secrets do not belong in clusters.json"),
+                     ({"kafka_options": {"sasl.plain.username": "${KAFKA_SASL_PASSWORD}"}},
+                      "'$' references are not expanded here"),
+                     ({"env": {"KAFKA_PASSWORD": "${KAFKA_SASL_PASSWORD}"}},
+                      "secrets do not belong in clusters.json"),
+                     ({"kafka_secrets": {"sasl.plain.password": DAG_PASSWORD}},
+                      "expected the NAME of an environment variable")):
+        cluster = _sasl_cluster()
+        cluster.update({k: {**cluster.get(k, {}), **v} for k, v in bad.items()})
+        bag = dagbag(write_config(tmp_path / "bad.json", [cluster]), monkeypatch)
+        (error,) = bag.import_errors.values()
+        assert why in error and DAG_PASSWORD not in error
+
+
 # ----------------------------------------------------------------------------- end to end
 
 
