@@ -70,10 +70,19 @@ def test_consumer_settings_get_the_kafka_prefix() -> None:
     assert options["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
 
 
-def test_partition_listing_keeps_only_settings_kafka_python_has() -> None:
-    assert kafka_python_settings({"security.protocol": "SSL", "kafka.sasl.mechanism": "PLAIN",
-                                  "sasl.jaas.config": "x", "bootstrap.servers": "h:1"}) \
-        == {"security_protocol": "SSL", "sasl_mechanism": "PLAIN"}
+def test_partition_listing_takes_the_java_settings_in_kafka_pythons_form() -> None:
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p";'
+    assert kafka_python_settings({"kafka.security.protocol": "SASL_SSL",
+                                  "sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config": jaas,
+                                  "bootstrap.servers": "h:1", "client.id": "audit"}) == {
+        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "u", "sasl_plain_password": "p", "client_id": "audit"}
+
+
+def test_partition_listing_skips_java_only_settings_and_refuses_contradictions() -> None:
+    assert kafka_python_settings({"some.java.only.setting": "1"}) == {}
+    with pytest.raises(SparkKafkaConfigError, match=r"needs sasl\.mechanism"):
+        kafka_python_settings({"security.protocol": "SASL_SSL"})
 
 
 def test_partitions_come_from_the_clusters_metadata() -> None:

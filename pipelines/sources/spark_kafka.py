@@ -100,22 +100,32 @@ def reader_options(bootstrap_servers: str, partitions: Iterable[int], *,
     return options
 
 
-def kafka_python_settings(kafka_options: Mapping[str, str] | None) -> dict[str, str]:
-    """The Java-style consumer settings kafka-python also understands, in its spelling.
+def kafka_python_settings(kafka_options: Mapping[str, str] | None) -> dict[str, object]:
+    """The consumer settings as kafka-python takes them (through the project's one strict
+    option normaliser: a JAAS line becomes username and password, TLS files map, ...).
 
-    Used only to list the topic's partitions on the driver; Java-only settings (e.g.
-    ``sasl.jaas.config``) have no kafka-python form and are left to Spark's consumers.
+    Used only to list the topic's partitions on the driver; settings only the Java client
+    has (no kafka-python form) are left to Spark's consumers.
     """
     from kafka import KafkaConsumer
 
-    out = {}
-    for key, value in (kafka_options or {}).items():
-        name = key.removeprefix("kafka.").replace(".", "_")
-        if name in KafkaConsumer.DEFAULT_CONFIG and name != "bootstrap_servers":
-            out[name] = value
-        else:
-            log.debug("listing partitions without consumer setting %s (no kafka-python form)", key)
-    return out
+    from pipelines.kafka_options import KafkaOptionError, normalize
+
+    raw = {key.removeprefix("kafka."): value for key, value in (kafka_options or {}).items()
+           if key.removeprefix("kafka.") != "bootstrap.servers"}
+    known = {}
+    for key, value in raw.items():
+        try:
+            normalize({key: value}, KafkaConsumer.DEFAULT_CONFIG)
+        except KafkaOptionError as exc:
+            if str(exc).startswith("unknown Kafka option"):
+                log.debug("listing partitions without consumer setting %s (Java client only)", key)
+                continue
+        known[key] = value
+    try:
+        return normalize(known, KafkaConsumer.DEFAULT_CONFIG)
+    except KafkaOptionError as exc:
+        raise SparkKafkaConfigError(str(exc)) from None
 
 
 def list_partitions(bootstrap_servers: str, kafka_options: Mapping[str, str] | None = None,
@@ -123,15 +133,9 @@ def list_partitions(bootstrap_servers: str, kafka_options: Mapping[str, str] | N
     """The topic's partitions from the cluster's metadata (driver side, kafka-python).
 
     Raises the Kafka source's named errors (unreachable cluster, topic not found)."""
-    from pipelines.sources.kafka_source import KafkaSourceConfigError, client_config, describe_topic
+    from pipelines.sources.kafka_source import describe_topic
 
-    settings = {}
-    for name, value in kafka_python_settings(kafka_options).items():
-        try:
-            settings.update(client_config({name: value}))
-        except KafkaSourceConfigError:  # a setting kafka-python's source owns or cannot take
-            log.debug("listing partitions without consumer setting %s", name)
-    return sorted(describe_topic(bootstrap_servers, topic, **settings))
+    return sorted(describe_topic(bootstrap_servers, topic, **kafka_python_settings(kafka_options)))
 
 
 def use_consumer_offset_reader(spark) -> None:
