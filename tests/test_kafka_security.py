@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import ipaddress
+import json
 import logging
 import socket
 import ssl
@@ -381,3 +382,230 @@ def test_ingest_access_check_names_missing_acls(scram_kafka: FakeKafkaCluster) -
         check_access(options("limited"))
     with pytest.raises(KafkaNotAuthorized, match="needs READ"):
         check_access(options("reader"))
+
+
+def test_reconcile_never_passes_on_a_snapshot_cut_by_acls(scram_kafka: FakeKafkaCluster,
+                                                          tmp_path: Path) -> None:
+    """take_snapshot as ``limited`` (the lake knows g0..g5 on orders and payments): stored as
+    partial; reconcile classifies the hidden rows not_authorized (not missing_on_broker) and
+    fails, naming why; --allow-partial accepts them. As ``nobody``: no guessed partition
+    count. An empty lake with an empty snapshot: "nothing compared" fails."""
+    from pipelines.decode import partition_for
+    from pipelines.lake.engines import DeltaRsEngine
+    from pipelines.reconcile.reconcile import run_reconcile
+    from pipelines.reconcile.snapshot import latest_snapshot, take_snapshot
+    from tests.test_reconcile import write_lake
+
+    _acl_cluster(scram_kafka)
+    engine = DeltaRsEngine(tmp_path / "lake")
+    n = 5  # the fake's __consumer_offsets partitions
+    write_lake(engine, "committed_offsets", [
+        {"group_id": f"g{i}", "topic": t, "partition": 0, "committed_offset": 10 + i,
+         "offsets_partition": partition_for(f"g{i}", n), "offset": 1}
+        for i in range(6) for t in ("orders", "payments")])
+    write_lake(engine, "consumer_groups", [
+        {"group_id": f"g{i}", "group_type": "classic", "group_state": "Empty",
+         "protocol_type": "", "offsets_partition": partition_for(f"g{i}", n)} for i in range(6)])
+    write_lake(engine, "offsets_raw", [{"offsets_partition": p, "offset": 1} for p in range(n)])
+
+    summary = take_snapshot(engine.root, scram_kafka.bootstrap_servers, engine=engine,
+                            kafka_config={**{k: str(v) for k, v in FAST.items()},
+                                          **sasl("limited")})
+    assert summary["partial"] and "group:g3" in summary["not_authorized"]
+    info = latest_snapshot(engine)
+    assert info is not None and info.partial and "topic:payments" in info.not_authorized
+
+    result = run_reconcile(engine.root, engine=engine, num_partitions=n, data_docs=False)
+    assert not result.passed
+    assert any("is partial" in b and "group:g3" in b for b in result.summary["blocked_by"])
+    classes = {(r["group_id"], r["topic"]): r["classification"]
+               for r in result.reconciliation.table.to_pylist() if r["level"] == "offset"}
+    assert classes[("g3", "orders")] == "not_authorized"  # group refused
+    assert classes[("g0", "payments")] == "not_authorized"  # topic refused
+    assert classes[("g0", "orders")] == "match"
+    assert "missing_on_broker" not in classes.values()
+
+    accepted = run_reconcile(engine.root, engine=engine, num_partitions=n, data_docs=False,
+                             allow_partial=True)
+    assert accepted.passed, accepted.summary
+    assert accepted.summary["classes"]["not_authorized"] > 0
+
+    take_snapshot(engine.root, scram_kafka.bootstrap_servers, engine=engine,
+                  kafka_config={**{k: str(v) for k, v in FAST.items()}, **sasl("nobody")})
+    blind = run_reconcile(engine.root, engine=engine, data_docs=False, allow_partial=True)
+    assert not blind.passed and blind.reconciliation.num_partitions is None
+    assert any("partition count unknown" in b for b in blind.summary["blocked_by"])
+    assert blind.summary["gate"]["ran"] is False  # no partition_for(group, 50) checks
+
+    empty = DeltaRsEngine(tmp_path / "empty-lake")
+    with scram_kafka._lock:
+        scram_kafka.groups.clear()
+        scram_kafka.offsets.clear()
+    take_snapshot(empty.root, scram_kafka.bootstrap_servers, engine=empty,
+                  kafka_config={**{k: str(v) for k, v in FAST.items()}, **sasl("auditor")})
+    nothing = run_reconcile(empty.root, engine=empty, data_docs=False, gate=False)
+    assert nothing.reconciliation.table.num_rows == 0 and not nothing.passed
+    assert any("nothing compared" in b for b in nothing.summary["blocked_by"])
+
+
+def test_snapshot_strict_exits_3_on_a_partial_snapshot(scram_kafka: FakeKafkaCluster,
+                                                       tmp_path: Path) -> None:
+    _acl_cluster(scram_kafka)
+    base = ["snapshot", "--bootstrap-servers", scram_kafka.bootstrap_servers,
+            "--lake", str(tmp_path / "lake"), "--kafka-option", "security.protocol=SASL_PLAINTEXT",
+            "--kafka-option", "sasl.mechanism=SCRAM-SHA-512",
+            "--kafka-option", "sasl.plain.username=limited"]
+    env = {"OFFSETLAKE_KAFKA_OPTION_SASL_PLAIN_PASSWORD": PASSWORD}
+    code, out, err, _ = _run_cli([*base, "--strict"], env, timeout_s=60)
+    assert code == 3, err
+    assert "strict: partial snapshot: not authorized: " in err and PASSWORD not in out + err
+    code, out, err, _ = _run_cli(base, env, timeout_s=60)
+    assert code == 0 and json.loads(out)["partial"] is True
+    assert "partial snapshot" in err  # a warning without --strict
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def _process_tree_cmdlines(root_pid: int) -> list[str]:
+    """Argument lists of ``root_pid`` and all its descendants (Spark's JVM, Python workers)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[int(stat.parent.name)] = int(fields[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    tree, frontier = {root_pid}, [root_pid]
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parents.items():
+            if parent == pid and child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    out = []
+    for pid in tree:
+        try:
+            out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+                "utf-8", "replace"))
+        except OSError:
+            continue
+    return out
+
+
+def _run_cli(args: list[str], env: dict[str, str], timeout_s: float = 300
+             ) -> tuple[int, str, str, list[str]]:
+    """Run the CLI in a subprocess, sampling every process argument list while it runs."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", *args], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO), **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmdlines: list[str] = []
+    outputs: dict[str, str] = {}
+
+    def drain(name: str, stream: Any) -> None:
+        outputs[name] = stream.read()
+
+    readers = [threading.Thread(target=drain, args=(n, s), daemon=True)
+               for n, s in (("out", proc.stdout), ("err", proc.stderr))]
+    for r in readers:
+        r.start()
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        cmdlines.extend(_process_tree_cmdlines(proc.pid))
+        time.sleep(0.5)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for r in readers:
+        r.join(10)
+    return proc.returncode, outputs.get("out", ""), outputs.get("err", ""), cmdlines
+
+
+@pytest.mark.slow
+def test_no_secret_anywhere_cli_end_to_end(tmp_path: Path) -> None:
+    """snapshot and ingest (CLI, subprocesses, --log-level DEBUG) against the SASL/SCRAM broker
+    serving a generated cluster history: the test password appears in no log line, summary,
+    lake file or process argument list; failures are one named line, exit 2, no traceback."""
+    from pipelines.demo import generate_cluster
+
+    data = tmp_path / "data"
+    manifest = generate_cluster(data, num_partitions=3, scale=1, seed=7)
+    lake = tmp_path / "lake"
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+                     f'required username="auditor" password="{PASSWORD}";\n', encoding="utf-8")
+    with FakeKafkaCluster(num_brokers=2, offsets_topic_partitions=3,
+                          max_lifetime_s=400) as kafka:
+        for p in range(3):
+            kafka.load_segments(OFFSETS_TOPIC, p, sorted((data / f"{OFFSETS_TOPIC}-{p}").glob(
+                "*.log")))
+        sizes: dict[str, int] = {}
+        for (group, topic, partition), c in sorted(manifest.committed.items()):
+            sizes[topic] = max(sizes.get(topic, 0), partition + 1)
+            kafka.commit(group, topic, partition, c.offset, leader_epoch=c.leader_epoch,
+                         metadata=c.metadata or "")
+        for topic, n in sizes.items():
+            kafka.add_topic(topic, n, log_end_offsets=10**6)
+        kafka.enable_sasl({"auditor": PASSWORD, "limited": PASSWORD})
+        kafka.grant("auditor", describe_topics=["*"], read_topics=["*"], describe_groups=["*"])
+        kafka.grant("limited", describe_groups=["*"])
+        servers = kafka.bootstrap_servers
+        common = ["--lake", str(lake), "--cluster-id", "sec"]
+        sasl_flags = ["--kafka-option", "security.protocol=SASL_PLAINTEXT",
+                      "--kafka-option", "sasl.mechanism=SCRAM-SHA-512",
+                      "--kafka-option", "sasl.plain.username=auditor"]
+        password_env = {"OFFSETLAKE_KAFKA_OPTION_SASL_PLAIN_PASSWORD": PASSWORD}
+        runs = {
+            "ingest": _run_cli(["--log-level", "DEBUG", "ingest", "--source", "kafka",
+                                "--bootstrap-servers", servers, *common, *sasl_flags],
+                               password_env),
+            "snapshot": _run_cli(["--log-level", "DEBUG", "snapshot", "--bootstrap-servers",
+                                  servers, *common, "--kafka-options-file", str(props)], {}),
+        }
+        started = time.monotonic()
+        runs["bad_password"] = _run_cli(
+            ["--log-level", "DEBUG", "snapshot", "--bootstrap-servers", servers, *common,
+             *sasl_flags], {"OFFSETLAKE_KAFKA_OPTION_SASL_PLAIN_PASSWORD": PASSWORD + "x"})
+        bad_password_s = time.monotonic() - started
+        runs["limited_ingest"] = _run_cli(
+            ["--log-level", "DEBUG", "ingest", "--source", "kafka", "--bootstrap-servers",
+             servers, "--lake", str(tmp_path / "lake2"), "--cluster-id", "sec",
+             "--kafka-option", "security.protocol=SASL_PLAINTEXT",
+             "--kafka-option", "sasl.mechanism=SCRAM-SHA-512",
+             "--kafka-option", "sasl.plain.username=limited"], password_env)
+
+    code, out, err, _ = runs["ingest"]
+    assert code == 0, err[-3000:]
+    assert json.loads(out)["records"] > 0
+    code, out, err, _ = runs["snapshot"]
+    assert code == 0, err[-3000:]
+    summary = json.loads(out)
+    assert summary["offsets"] > 0 and summary["partial"] is False
+    assert "Starting KafkaAdminClient with configuration" in err  # DEBUG really was on
+
+    code, out, err, _ = runs["bad_password"]
+    assert code == 2 and "Traceback" not in err and bad_password_s < 30
+    (line,) = [x for x in err.splitlines() if x.startswith("offsetlake snapshot: error:")]
+    assert "authentication failed" in line and "bad credentials" in line
+    code, out, err, _ = runs["limited_ingest"]
+    assert code == 2 and "Traceback" not in err, err[-3000:]
+    (line,) = [x for x in err.splitlines() if x.startswith("offsetlake ingest: error:")]
+    assert "KafkaNotAuthorized" in line and "not authorized" in line
+
+    secret = PASSWORD.encode()
+    for name, (_code, out, err, cmdlines) in runs.items():
+        assert PASSWORD not in out and PASSWORD not in err, name
+        assert cmdlines and not any(PASSWORD in c for c in cmdlines), name
+    scanned = 0
+    for path in [*lake.rglob("*"), *(tmp_path / "lake2").rglob("*")]:
+        if path.is_file():
+            scanned += 1
+            assert secret not in path.read_bytes(), path
+    assert scanned > 20
