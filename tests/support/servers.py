@@ -127,13 +127,16 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
         pytest.skip("Azurite is not installed: run `npm ci` in .ci/ (bash .ci/run does) or set "
                     "OFFSETLAKE_AZURITE to an azurite-blob binary")
     port = free_port()
-    workdir = tmp_path_factory.mktemp("azurite")
+    workdir = tmp_path_factory.mktemp("azurite")  # its cwd: where a debug log would go
+    stderr = (workdir / "azurite.err").open("w")
     proc = subprocess.Popen([binary, "--inMemoryPersistence", "--blobHost", "127.0.0.1",
-                             "--blobPort", str(port), "--skipApiVersionCheck", "--loose",
-                             "--location", str(workdir)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--blobPort", str(port), "--skipApiVersionCheck", "--loose"],
+                            cwd=workdir, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
-        _wait_for_port(port, proc, "Azurite")
+        try:
+            _wait_for_port(port, proc, "Azurite")
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}: {(workdir / 'azurite.err').read_text()[-500:]}") from None
         endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
         options = {"azure_storage_account_name": AZURITE_ACCOUNT,
                    "azure_storage_account_key": AZURITE_KEY,
@@ -147,6 +150,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
         yield ObjectStore("azurite", "az", endpoint, options)
     finally:
         _stop(proc)
+        stderr.close()
 
 
 __all__ = ["AZURITE_ACCOUNT", "AZURITE_KEY", "BUCKET", "ObjectStore", "azurite", "azurite_binary",
