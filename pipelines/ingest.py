@@ -13,32 +13,67 @@ from __future__ import annotations
 import logging
 import pickle
 import queue
+import sys
 import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
 
 from pipelines.history.parts import HistoryPart, combined_state, history_part
+from pipelines.history.spark_writes import write_history_with_spark
 from pipelines.history.tables import HISTORY_TABLES
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, make_engine
+from pipelines.lake.location import LakeLocation, lake_location
+from pipelines.source_identity import (
+    SourceIdentity,
+    claim,
+    default_checkpoint,
+    kafka_identity,
+    segments_identity,
+)
 from pipelines.sources.raw import PACKED_ARROW_SCHEMA, unpacked
+from pipelines.sources.segment_source import source_problems
+from pipelines.sources.segments import Problem
 from pipelines.state.apply import apply_state
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("segments", "kafka", "spark-kafka")
+PROBLEMS_TABLE = "ingest_problems"
+
+
+class CheckpointError(ValueError):
+    """No usable checkpoint location (e.g. a lake at a URI and no ``--checkpoint``)."""
+
+
+def checkpoint_path(checkpoint: str | Path) -> Path:
+    """A ``--checkpoint`` location as a local directory (``file://`` accepted).
+
+    Spark's checkpoint, the app id marker and the segment index cache live there; the
+    Spark here has no Hadoop connector for object stores, so a local or shared (NFS,
+    mounted) directory is the place for them.
+    """
+    text = str(checkpoint)
+    if text.startswith("file://"):
+        return Path(text[len("file://"):])
+    if "://" in text:
+        raise CheckpointError(
+            f"--checkpoint {text.split('://', 1)[0]}://... is not supported: give a local or "
+            "shared directory (Spark's checkpoint, the app id marker and the segment index "
+            "cache live there)")
+    return Path(text)
 
 
 @dataclass
 class IngestConfig:
     source: str
-    lake: Path
+    lake: Path | str | LakeLocation
     path: str | None = None
     bootstrap_servers: str | None = None
     cluster_id: str = "default"
@@ -46,11 +81,31 @@ class IngestConfig:
     trigger: str = "available-now"  # or a processing-time interval such as "30 seconds"
     max_records_per_batch: int = 500_000
     kafka_options: dict[str, str] = field(default_factory=dict)
-    checkpoint: Path | None = None
+    checkpoint: Path | str | None = None
+    allow_data_loss: bool = False  # records the source no longer has: fail (default) or skip
+    progress: bool = False  # records, batches and rate on stderr (a terminal)
 
     @property
     def checkpoint_dir(self) -> Path:
-        return self.checkpoint or self.lake / "_checkpoints" / "ingest"
+        """``--checkpoint``, else ``<lake>/_checkpoints/ingest`` for a local lake; a lake at a
+        URI needs an explicit checkpoint (:class:`CheckpointError` otherwise)."""
+        if self.checkpoint is not None:
+            return checkpoint_path(self.checkpoint)
+        where = lake_location(self.lake)
+        if not where.is_local:
+            raise CheckpointError(
+                f"the lake is at {where.scheme}://...: give --checkpoint DIR (env "
+                "OFFSETLAKE_CHECKPOINT), a local or shared directory for Spark's checkpoint, "
+                "the app id marker and the segment index cache; this Spark cannot write "
+                f"checkpoints to {where.scheme}:// (no Hadoop connector for it)")
+        return default_checkpoint(where.local_path, self.cluster_id)  # one per cluster
+
+    def identity(self) -> SourceIdentity:
+        """(cluster id, source kind, source identity): what the checkpoint belongs to."""
+        if self.source == "segments":
+            return segments_identity(self.cluster_id, self.path or ".")
+        return kafka_identity(self.cluster_id, self.source, self.bootstrap_servers or "",
+                              self.kafka_options)
 
 
 @dataclass
@@ -61,10 +116,31 @@ class IngestReport:
     statuses: Counter = field(default_factory=Counter)
     rows: Counter = field(default_factory=Counter)
     seconds: float = 0.0
+    problems: list[Problem] = field(default_factory=list)  # every one in the source, this run
+    new_problems: int = 0  # of which first seen (and recorded in ingest_problems) this run
+    empty_source: str | None = None  # why the source held nothing to read, if it did not
+
+    def summary(self) -> dict:
+        """What the CLI prints: counts per decode_status and every problem, by file."""
+        bad = {k: v for k, v in self.statuses.items() if k not in ("ok", "tombstone", "control")}
+        return {
+            "batches": self.batches, "records": self.records,
+            "records_per_second": round(self.records_per_second), "seconds": round(self.seconds, 2),
+            "decode_status": dict(self.statuses), "not_decoded": sum(bad.values()),
+            "rows_written": dict(self.rows), "skipped_replayed_batches": self.skipped_batches,
+            "problems": [problem_json(p) for p in self.problems],
+            "bytes_skipped": sum(p.length_skipped for p in self.problems),
+            "new_problems": self.new_problems, "empty_source": self.empty_source,
+        }
 
     @property
     def records_per_second(self) -> float:
         return self.records / self.seconds if self.seconds else 0.0
+
+
+def problem_json(p: Problem) -> dict:
+    return {"file": p.path, "byte_range": [p.position, p.position + p.length_skipped],
+            "bytes_skipped": p.length_skipped, "reason": p.reason}
 
 
 def app_id_for(checkpoint: Path) -> str:
@@ -83,7 +159,7 @@ def app_id_for(checkpoint: Path) -> str:
 def ensure_tables(engine: DeltaEngine) -> None:
     """Create every table the job writes (tasks write files into their directories)."""
     for name in (*HISTORY_TABLES, "committed_offsets", "group_records_latest", "consumer_groups",
-                 "group_members", "group_generations"):
+                 "group_members", "group_generations", PROBLEMS_TABLE):
         engine.ensure(contract(name))
 
 
@@ -98,7 +174,7 @@ def process_batch(engine: DeltaEngine, raw: pa.Table, batch_id: int, app_id: str
     if raw.num_rows == 0:
         return
     now = datetime.now(timezone.utc)
-    lake = engine.root if engine.commits_files else None
+    lake = getattr(engine, "location", engine.root) if engine.commits_files else None
     part = history_part(raw, batch_id, now, lake, pending_history(engine, app_id, batch_id))
     commit_batch(engine, [part], batch_id, app_id, now, report)
 
@@ -121,6 +197,8 @@ def commit_batch(engine: DeltaEngine, parts: list[HistoryPart], batch_id: int, a
         elif any(name in p.tables for p in parts):
             data = pa.concat_tables([p.tables[name] for p in parts])
             written, rows = engine.append(contract(name), data, app_id, batch_id), data.num_rows
+        elif any(name in p.written for p in parts):  # written by the executors (delta-spark)
+            written, rows = True, sum(p.written.get(name, 0) for p in parts)
         else:  # already committed when the batch was decoded
             continue
         if written:
@@ -139,14 +217,16 @@ def commit_batch(engine: DeltaEngine, parts: list[HistoryPart], batch_id: int, a
     log.info("batch %d: %d records%s", batch_id, records, f", not decoded: {bad}" if bad else "")
 
 
-def history_parts_on_executors(df, batch_id: int, now: datetime, lake: Path,
+def history_parts_on_executors(df, batch_id: int, now: datetime, lake: Path | str | LakeLocation,
                                tables: tuple[str, ...]) -> list[HistoryPart]:
-    """Each Spark task decodes its share of the batch and writes its history files itself.
+    """Each Spark task decodes its share of the batch and writes its history files itself,
+    straight into the lake (a shared directory or the object store, reached with the
+    lake's storage options, which travel inside the task and are never logged).
 
     Only the parts (file names, counts, the rows the state needs) come back to the
     driver, pickled in one binary cell per task: no history row crosses to the driver.
     """
-    lake_dir = str(lake.resolve())
+    lake_dir = lake_location(lake)
 
     def task(batches):
         batches = [b for b in batches if b.num_rows]
@@ -188,22 +268,34 @@ def open_stream(spark, cfg: IngestConfig):
                   .option("max_records_per_batch", str(cfg.max_records_per_batch)))
         for key, value in cfg.kafka_options.items():
             reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", value)
+        if cfg.allow_data_loss:
+            reader = reader.option("fail_on_data_loss", "false")
         return reader.load()
     if cfg.source == "spark-kafka":
         from pipelines.sources import spark_kafka
 
         return spark_kafka.read_stream(spark, cfg.bootstrap_servers, cfg.cluster_id,
-                                       cfg.max_records_per_batch, cfg.kafka_options)
+                                       cfg.max_records_per_batch, cfg.kafka_options,
+                                       allow_data_loss=cfg.allow_data_loss)
     raise ValueError(f"unknown source {cfg.source!r}; choose one of {', '.join(SOURCES)}")
 
 
-def run_ingest(spark, cfg: IngestConfig) -> IngestReport:
-    """Run the streaming query (availableNow by default) and report what it wrote."""
-    engine = make_engine(cfg.delta_engine, cfg.lake, spark=spark)
+def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> IngestReport:
+    """Run the streaming query (availableNow by default) and report what it wrote
+    (through ``engine``, default: the one ``cfg.delta_engine`` names).
+
+    Refuses (:class:`CheckpointMismatch`) a checkpoint made for another source.
+    """
+    cfg = replace(cfg, checkpoint=cfg.checkpoint_dir)  # resolved once
+    identity = cfg.identity()
+    claim(cfg.checkpoint_dir, identity)
+    engine = engine or make_engine(cfg.delta_engine, lake_location(cfg.lake), spark=spark)
     ensure_tables(engine)
     app_id = app_id_for(cfg.checkpoint_dir)
     report = IngestReport()
     started = time.perf_counter()
+    progress = _progress_bar(cfg.progress)
+    fresh = not any((cfg.checkpoint_dir / "spark" / "offsets").glob("[0-9]*"))
 
     handoff: queue.Queue = queue.Queue()
 
@@ -241,13 +333,19 @@ def run_ingest(spark, cfg: IngestConfig) -> IngestReport:
                 now = datetime.now(timezone.utc)
                 tables = pending_history(engine, app_id, batch_id)
                 if engine.commits_files:
-                    parts = history_parts_on_executors(df, batch_id, now, cfg.lake, tables)
+                    parts = history_parts_on_executors(df, batch_id, now, engine.location,
+                                                       tables)
+                elif hasattr(engine, "append_frame"):  # delta-spark: executors write through Delta
+                    parts = write_history_with_spark(engine, df, batch_id, now, tables, app_id)
                 else:
                     parts = [history_part(unpacked(df.toArrow()), batch_id, now, None, tables)]
                 decoded = time.perf_counter()
                 commit_batch(engine, parts, batch_id, app_id, now, report)
                 log.debug("batch %d: decoded and written %.2fs, committed %.2fs", batch_id,
                           decoded - batch_started, time.perf_counter() - decoded)
+                if progress is not None:
+                    progress.update(report.records - progress.n)
+                    progress.set_postfix(batches=report.batches, refresh=False)
             except BaseException as exc:  # surfaces through Spark as the batch's failure
                 outcome["error"] = exc
             finally:
@@ -263,9 +361,70 @@ def run_ingest(spark, cfg: IngestConfig) -> IngestReport:
         raise
     finally:
         report.seconds = time.perf_counter() - started
+        if progress is not None:
+            progress.close()
     if query.exception() is not None:
         raise RuntimeError(f"ingest query failed: {query.exception()}")
+    if cfg.source == "segments":
+        report.problems = source_problems(cfg.path, cfg.checkpoint_dir / "segment_index")
+        report.empty_source = empty_segments(cfg.path, report)
+    elif fresh and report.records == 0:
+        report.empty_source = f"the first read of {identity.describe()} found no record"
+    record_problems(engine, identity, report)
     return report
+
+
+def _progress_bar(wanted: bool):
+    """A tqdm bar of records (batches and rate beside) on a terminal's stderr, else None."""
+    if not wanted or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(desc="ingest", unit=" records", unit_scale=True, file=sys.stderr, leave=False)
+
+
+def empty_segments(path: str | Path, report: IngestReport) -> str | None:
+    """Why a segments source held no record at all, or None (an incremental run that finds
+    nothing new is not empty: the files hold records it read before)."""
+    from pipelines.sources.segments import find_segments
+
+    logs = find_segments(path)
+    if not logs:
+        return f"no __consumer_offsets-N segment files under {path}"
+    if report.records == 0 and not any(seg.path.stat().st_size for pl in logs for seg in pl.segments):
+        return f"every segment file under {path} is empty"
+    if report.records == 0 and report.problems and all(
+            p.position == 0 and p.length_skipped == Path(p.path).stat().st_size
+            for p in report.problems):
+        return f"no readable record in the segment files under {path}"
+    return None
+
+
+def record_problems(engine: DeltaEngine, identity: SourceIdentity, report: IngestReport) -> None:
+    """Log each problem the lake has not recorded yet (one line each) and append it to
+    ``ingest_problems``; problems seen by earlier runs are only counted."""
+    if not report.problems:
+        return
+    spec = contract(PROBLEMS_TABLE)
+    seen = engine.read(PROBLEMS_TABLE, ["cluster_id", "source_identity", "source_file",
+                                        "byte_position", "reason"]).to_pylist()
+    known = {(r["cluster_id"], r["source_identity"], r["source_file"], r["byte_position"], r["reason"])
+             for r in seen}
+    now = datetime.now(timezone.utc)
+    rows = []
+    for p in report.problems:
+        if (identity.cluster_id, identity.source, p.path, p.position, p.reason) in known:
+            continue
+        log.warning("unreadable region in %s, bytes %d-%d (%d bytes skipped): %s", p.path,
+                    p.position, p.position + p.length_skipped, p.length_skipped, p.reason)
+        rows.append({"cluster_id": identity.cluster_id, "source_kind": identity.source_kind,
+                     "source_identity": identity.source, "source_file": p.path,
+                     "byte_position": p.position, "byte_end": p.position + p.length_skipped,
+                     "bytes_skipped": p.length_skipped, "reason": p.reason, "detected_at": now})
+    report.new_problems = len(rows)
+    if rows:
+        engine.append(spec, pa.Table.from_pylist(rows, schema=spec.arrow_schema),
+                      f"offsetlake-problems-{uuid.uuid4()}", 0)
 
 
 def ingest_segments_local(path: str | Path, lake: str | Path, cluster_id: str = "default",
@@ -296,11 +455,15 @@ def ingest_segments_local(path: str | Path, lake: str | Path, cluster_id: str = 
 
     everything = 1 << 62
     for plog in find_segments(path):
-        for batch in read_range(plog, 0, everything, cluster_of(plog, cluster_id)):
+        for batch in read_range(plog, 0, everything, cluster_of(plog, cluster_id),
+                                problems=report.problems):
             pending.append(batch)
             rows += batch.num_rows
         if rows >= max_records_per_batch:
             flush()
     flush()
+    for p in report.problems:  # one line each (the reader leaves them to us)
+        log.warning("unreadable region in %s, bytes %d-%d (%d bytes skipped): %s", p.path,
+                    p.position, p.position + p.length_skipped, p.length_skipped, p.reason)
     report.seconds = time.perf_counter() - started
     return report

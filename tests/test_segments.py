@@ -787,11 +787,15 @@ def test_find_segments_names_and_order(tmp_path: Path) -> None:
     deleted.mkdir()
     (deleted / "00000000000000000005.log").write_bytes(b"")
 
-    logs = find_segments(tmp_path / "data")
+    logs = find_segments(tmp_path / "data", include_deleted=True)
     assert [(pl.offsets_partition, pl.directory.name) for pl in logs] == [
         (2, "__consumer_offsets-2.3f2a9c-delete"),
         (7, "__consumer_offsets-7"),
     ]
+    # by default a directory walk leaves out segments Kafka already removed from the log
+    assert [s.path.name for s in find_segments(tmp_path / "data")[1].segments] == [
+        "00000000000000000000.log", "00000000000000000000.log@0067b492",
+        "00000000000000000030.log.cleaned", "00000000000000000050.log.swap"]
     assert [(s.path.name, s.base_offset, s.suffix) for s in logs[1].segments] == [
         ("00000000000000000000.log", 0, ""),
         ("00000000000000000000.log@0067b492", 0, "@0067b492"),

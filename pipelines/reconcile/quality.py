@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -257,6 +258,20 @@ def _quiet_gx() -> None:
         gx_log.setLevel(logging.WARNING)
 
 
+def _docs_dir(root: Any) -> Path | None:
+    """Where the data docs go: an absolute local directory, or None for a lake at a URI.
+
+    GX's site builder fails with a traceback on a relative directory (the default ``./lake``).
+    """
+    text = str(root)
+    if text.startswith("file://"):
+        text = text[len("file://"):]
+    elif "://" in text:
+        log.info("GX data docs are written only for lakes on a local disk; %s is not", text)
+        return None
+    return Path(os.path.abspath(text)) / DATA_DOCS_DIR
+
+
 def _context(docs_dir: Path | None) -> Any:
     """An ephemeral GX context: in-memory stores, no default temp docs site, no progress bars,
     and our data docs site when ``docs_dir`` is given."""
@@ -323,7 +338,7 @@ def run_quality_gate(engine: DeltaEngine, *, cluster_id: str = "default",
 
     run_at = run_at or datetime.now(timezone.utc)
     run_id = f"{run_at.strftime('%Y%m%dT%H%M%S.%fZ')}-{uuid.uuid4().hex[:8]}"  # path-safe: names a data docs folder
-    docs_dir = Path(engine.root) / DATA_DOCS_DIR if data_docs else None
+    docs_dir = _docs_dir(engine.root) if data_docs else None
     context = _context(docs_dir)
     source = context.data_sources.add_pandas(name="offsetlake")
     gx_run = RunIdentifier(run_name=run_id, run_time=run_at)

@@ -182,8 +182,7 @@ def _walk(f: _File, stop: int) -> _Part:
     pos, floor = f.pos, f.floor
     begin = pos
 
-    def report(position: int, skipped: int, reason: str) -> None:
-        _seg_log.warning("%s @%d: %s (%d bytes skipped)", path, position, reason, skipped)
+    def report(position: int, skipped: int, reason: str) -> None:  # logged once, by _build
         problems.append(Problem(path, position, skipped, reason))
 
     unpack = _WALK.unpack_from
@@ -516,14 +515,17 @@ def _build(
             f.data, f.mv, pos, end, header, True, f.path, f.partition
         )
         if error is not None:
-            _seg_log.warning("%s @%d: %s (%d bytes skipped)", f.path, pos, error, end - pos)
             fallback_problems.append((pi, pos, Problem(f.path, pos, end - pos, error)))
         exact.append((int(fast_ord[i]), batch, recs))
-    if problems is not None:
-        merged = [(pi, pr.position, pr) for pi, p in enumerate(parts) for pr in p.problems]
-        if fallback_problems:
-            merged = sorted(merged + fallback_problems, key=lambda t: (t[0], t[1]))
+    merged = [(pi, pr.position, pr) for pi, p in enumerate(parts) for pr in p.problems]
+    if fallback_problems:
+        merged = sorted(merged + fallback_problems, key=lambda t: (t[0], t[1]))
+    if problems is not None:  # the caller reports them (one line each, in its summary)
         problems.extend(pr for _, _, pr in merged)
+    else:
+        for _, _, pr in merged:
+            _seg_log.warning("%s @%d: %s (%d bytes skipped)", pr.path, pr.position, pr.reason,
+                             pr.length_skipped)
     exact.sort(key=lambda t: t[0])
 
     # ---- batch-level columns (one value per batch of the group), then rows
@@ -746,11 +748,13 @@ def read_segments_arrow(
     return _chunks(files, cluster_id, rows_per_batch, problems)
 
 
-def index_segments_arrow(segments: Sequence[SegmentFile]) -> Iterator[pa.RecordBatch]:
+def index_segments_arrow(
+    segments: Sequence[SegmentFile], problems: list[Problem] | None = None
+) -> Iterator[pa.RecordBatch]:
     """INDEX_ARROW_SCHEMA rows of ``segments``: the same rows as :func:`read_segments_arrow`,
     only what planning reads needs (offsets, transaction facts, where each batch lies)."""
     files = (_open(seg, None, i) for i, seg in enumerate(segments))
-    return _chunks(files, None, 1 << 20, None, index_only=True)
+    return _chunks(files, None, 1 << 20, problems, index_only=True)
 
 
 def bytes_to_arrow(

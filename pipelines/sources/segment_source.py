@@ -11,10 +11,11 @@ themselves are kept (flagged) for the audit trail.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from pipelines.sources.fastread import (
     unique_offsets,
 )
 from pipelines.sources.raw import PACKED_ARROW_SCHEMA, RAW_ARROW_SCHEMA, pack
-from pipelines.sources.segments import PartitionLog, find_segments
+from pipelines.sources.segments import PartitionLog, Problem, find_segments
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,8 @@ def _signature(plog: PartitionLog) -> tuple:
     return tuple(stats)
 
 
-def emitted_table(segments: list, cluster_id: str | None) -> pa.Table:
+def emitted_table(segments: list, cluster_id: str | None,
+                  problems: list[Problem] | None = None) -> pa.Table:
     """What a read_committed reader hands on from these segment files, in offset order.
 
     Files can overlap (Kafka's ``.swap``/``.cleaned``/``.deleted`` leftovers, or copies of
@@ -122,7 +124,7 @@ def emitted_table(segments: list, cluster_id: str | None) -> pa.Table:
     (compaction only removes), so their union by offset is the log. Aborted data is
     dropped, markers are kept, and nothing at or after the last stable offset is emitted.
     """
-    batches = list(read_segments_arrow(segments, cluster_id=cluster_id))
+    batches = list(read_segments_arrow(segments, cluster_id=cluster_id, problems=problems))
     table = pa.Table.from_batches(batches, schema=RAW_ARROW_SCHEMA)
     kept, lso = fold_arrow(unique_offsets(table))
     return _offsets_between(kept, 0, lso)
@@ -158,8 +160,15 @@ class SegmentIndexCache:
         entry = self._entry(segment.path)
         if entry.exists():
             return pq.read_table(entry, schema=INDEX_ARROW_SCHEMA)
-        rows = _index_rows(segment)
+        found: list[Problem] = []
+        rows = _index_rows(segment, found)
         self.directory.mkdir(parents=True, exist_ok=True)
+        # the file's problems beside its index (written first: an index entry implies them);
+        # the driver reports them, once, from here (tasks re-reading regions stay silent)
+        sidecar = entry.with_suffix(".problems.json")
+        partial = sidecar.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps([list(astuple(p)) for p in found]))
+        os.replace(partial, sidecar)
         partial = entry.with_suffix(f".{os.getpid()}.tmp")
         pq.write_table(rows, partial, compression="zstd", use_dictionary=["control_type"],
                        column_encoding={"offset": "DELTA_BINARY_PACKED",
@@ -167,16 +176,40 @@ class SegmentIndexCache:
         os.replace(partial, entry)  # whole or absent, even if this run dies
         return rows
 
+    def problems(self, segment) -> list[Problem]:
+        """The problems met while indexing ``segment`` (indexing it now if it never was)."""
+        sidecar = self._entry(segment.path).with_suffix(".problems.json")
+        if not sidecar.exists():
+            self._entry(segment.path).unlink(missing_ok=True)  # an index from before sidecars
+            self.rows(segment)
+        return [Problem(*p) for p in json.loads(sidecar.read_text())]
+
     def prune(self) -> None:
         """Forget files no longer kept in any partition (deleted by retention, compacted)."""
         for entry in self.directory.glob("*.parquet"):
             if entry.name not in self.used:
                 entry.unlink(missing_ok=True)
+                entry.with_suffix(".problems.json").unlink(missing_ok=True)
         self.used = set()
 
 
-def _index_rows(segment) -> pa.Table:
-    return pa.Table.from_batches(list(index_segments_arrow([segment])), schema=INDEX_ARROW_SCHEMA)
+def _index_rows(segment, problems: list[Problem] | None = None) -> pa.Table:
+    return pa.Table.from_batches(list(index_segments_arrow([segment], problems)),
+                                 schema=INDEX_ARROW_SCHEMA)
+
+
+def source_problems(root: str | Path, cache_dir: str | Path | None) -> list[Problem]:
+    """Every problem in the segment files under ``root``, in log order, each file read at
+    most once (the index cache already holds what the ingest's planning found)."""
+    cache = SegmentIndexCache(cache_dir) if cache_dir else None
+    found: list[Problem] = []
+    for plog in find_segments(root):
+        for seg in plog.segments:
+            if cache is not None:
+                found.extend(cache.problems(seg))
+            else:
+                _index_rows(seg, found)
+    return found
 
 
 def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None,
@@ -227,7 +260,8 @@ def plan_end_offsets(
 
 
 def read_range(
-    plog: PartitionLog, start: int, end: int, cluster_id: str, rows_per_batch: int = 65536
+    plog: PartitionLog, start: int, end: int, cluster_id: str, rows_per_batch: int = 65536,
+    problems: list[Problem] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Emitted records with ``start <= offset < end``, as Spark-ready raw-schema batches.
 
@@ -236,7 +270,7 @@ def read_range(
     """
     segs = plog.segments
     first_base = max((seg.base_offset for seg in segs if seg.base_offset <= start), default=0)
-    table = emitted_table([seg for seg in segs if seg.base_offset >= first_base], cluster_id)
+    table = emitted_table([seg for seg in segs if seg.base_offset >= first_base], cluster_id, problems)
     table = _offsets_between(table, start, end)
     for batch in table.to_batches(max_chunksize=rows_per_batch):
         yield batch.cast(SPARK_RAW_SCHEMA)
@@ -260,7 +294,8 @@ def read_regions(
         floor = int.from_bytes(data[:8], "big", signed=True) if len(data) >= 8 else 0
         table = pa.Table.from_batches(
             list(bytes_to_arrow(data, path=path, offsets_partition=offsets_partition,
-                                base_offset=floor, cluster_id=cluster_id)),
+                                base_offset=floor, cluster_id=cluster_id,
+                                problems=[])),  # reported once, from the index (the driver)
             schema=RAW_ARROW_SCHEMA)
         where = table.schema.get_field_index("source_position")
         tables.append(table.set_column(where, "source_position",
@@ -384,7 +419,7 @@ def _spark_classes():
                                             self.rows_per_batch))
                 if sum(b.num_rows for b in batches) != rows:  # the files changed since planning
                     log.warning("%s changed while being read; reading [%d, %d) in full", directory, begin, stop)
-                    batches = read_range(plog, begin, stop, cluster, self.rows_per_batch)
+                    batches = read_range(plog, begin, stop, cluster, self.rows_per_batch, [])
                 yield from batches
 
     class SegmentStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -324,7 +324,7 @@ def partition_of_dir(directory: str | os.PathLike[str]) -> int:
     return int(m.group(1)) if m else -1
 
 
-def find_segments(*paths: str | os.PathLike[str]) -> list[PartitionLog]:
+def find_segments(*paths: str | os.PathLike[str], include_deleted: bool = False) -> list[PartitionLog]:
     """Find segment files under ``paths`` (files or directories, recursively), grouped by
     partition directory and ordered by base offset, then name.
 
@@ -333,6 +333,12 @@ def find_segments(*paths: str | os.PathLike[str]) -> list[PartitionLog]:
     repositories of the corpus) hold unrelated copies that must not be interleaved. Walking a
     directory only picks files inside ``__consumer_offsets-N`` directories (a data dir also
     holds every other topic); a file named explicitly is always taken.
+
+    ``*.log.deleted`` files are skipped in directories: Kafka renames a segment so once it has
+    left the log (retention moved the log start past it, or the cleaner replaced it), and
+    removes it a minute later; whether one is still there when a data dir is copied is luck,
+    so reading it would make the result depend on timing. Name one explicitly (or pass
+    ``include_deleted``) to read it.
     """
     found: dict[Path, list[SegmentFile]] = {}
     for raw in paths:
@@ -344,7 +350,7 @@ def find_segments(*paths: str | os.PathLike[str]) -> list[PartitionLog]:
                     continue
                 for name in filenames:
                     seg = parse_segment_name(Path(dirpath, name))
-                    if seg is not None:
+                    if seg is not None and (include_deleted or ".deleted" not in seg.suffix):
                         found.setdefault(seg.path.parent, []).append(seg)
         else:
             seg = parse_segment_name(p) or SegmentFile(p, partition_of_dir(p.parent), 0, "")
@@ -778,13 +784,15 @@ def decode_segment_bytes(
     """Decode a segment's bytes into ``(batch, records)`` pairs in file order.
 
     ``base_offset`` (the segment's name) is the lowest offset a resynchronisation accepts.
-    Problems are appended to ``problems`` (when given) and logged at WARNING; nothing raises.
+    Problems are appended to ``problems`` when given (the caller reports them: one log line
+    per problem, not one here and one there), else logged at WARNING; nothing raises.
     """
 
     def report(position: int, skipped: int, reason: str) -> None:
-        log.warning("%s @%d: %s (%d bytes skipped)", path, position, reason, skipped)
         if problems is not None:
             problems.append(Problem(path, position, skipped, reason))
+        else:
+            log.warning("%s @%d: %s (%d bytes skipped)", path, position, reason, skipped)
 
     if not isinstance(data, bytes):
         data = bytes(data)  # slices of bytearray/mmap would not be bytes
