@@ -1,4 +1,8 @@
-"""A crash at every single write point of a batch, then a replay: tables equal a clean run."""
+"""A crash at every single write point of a batch, then a replay: tables equal a clean run.
+
+On data the project generates (always) and on the golden scenario-a recording (when
+../shared is there).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import pytest
 
 from pipelines.ingest import ingest_segments_local
 from pipelines.lake.engines import DeltaRsEngine
-from tests.conftest import table_rows
+from tests.conftest import corpus_path, table_rows
+from tests.support.generated import generated_scenario
 from tests.test_ingest import ALL_TABLES
 
 
@@ -46,38 +51,79 @@ def ingest(scenario: Path, lake: Path, engine: DeltaRsEngine | None = None):
     return ingest_segments_local(scenario / "segments", lake, engine=engine, max_records_per_batch=1)
 
 
+SCENARIOS = ("generated", "scenario-a")
+
+
+@pytest.fixture(scope="module", params=SCENARIOS)
+def scenario(request, tmp_path_factory) -> Path:
+    """The generated scenario (demo generator, seed 7, 5 partitions, none/gzip/zstd), or
+    golden scenario-a (skipped with the reason when ../shared is absent)."""
+    return _scenario(request.param, tmp_path_factory)
+
+
+_made: dict[str, Path] = {}
+
+
+def _scenario(name: str, tmp_path_factory) -> Path:
+    if name == "scenario-a":
+        return corpus_path("golden", "scenario-a")
+    if name not in _made:
+        _made[name] = generated_scenario(tmp_path_factory.mktemp(name))
+    return _made[name]
+
+
+_clean: dict[Path, Path] = {}
+
+
+def _clean_lake(data: Path, tmp_path_factory) -> Path:
+    """One clean (uncrashed) run per scenario, shared by the tests comparing with it."""
+    if data not in _clean:
+        lake = tmp_path_factory.mktemp("clean")
+        ingest(data, lake)
+        _clean[data] = lake
+    return _clean[data]
+
+
 @pytest.fixture(scope="module")
-def clean_lake(scenario_a: Path, tmp_path_factory) -> Path:
-    lake = tmp_path_factory.mktemp("clean")
-    ingest(scenario_a, lake)
-    return lake
+def clean_lake(scenario: Path, tmp_path_factory) -> Path:
+    return _clean_lake(scenario, tmp_path_factory)
 
 
-# A clean run makes 37 writes (5 batches x history appends + state merges): crash before
-# each of the first batch's writes, then at points spread over the later batches.
-@pytest.mark.parametrize("crash_at", [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 14, 19, 23, 31, 37])
-def test_replay_after_crash_equals_clean_run(scenario_a: Path, clean_lake: Path, tmp_path: Path,
-                                             crash_at: int) -> None:
+# A clean run of scenario-a makes 37 writes, of the generated one 43 (5 batches x history
+# appends + state merges): crash before each of the first batch's writes, then at points
+# spread over the later batches.
+TOTAL_WRITES = {"scenario-a": 37, "generated": 43}
+CRASH_POINTS = {"scenario-a": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 14, 19, 23, 31, 37],
+                "generated": [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 21, 30, 43]}
+
+
+@pytest.mark.parametrize(("name", "crash_at"),
+                         [(name, at) for name in SCENARIOS for at in CRASH_POINTS[name]])
+def test_replay_after_crash_equals_clean_run(name: str, crash_at: int, tmp_path: Path,
+                                             tmp_path_factory) -> None:
+    data = _scenario(name, tmp_path_factory)
+    clean = _clean_lake(data, tmp_path_factory)
     lake = tmp_path / "lake"
     with pytest.raises(Crash):
-        ingest(scenario_a, lake, CrashingEngine(lake, crash_at))
+        ingest(data, lake, CrashingEngine(lake, crash_at))
     # The same app id and batch ids replay the whole run: done writes are skipped, the rest redone.
-    ingest(scenario_a, lake)
+    ingest(data, lake)
     for table in ALL_TABLES:
-        assert table_rows(lake, table) == table_rows(clean_lake, table), table
+        assert table_rows(lake, table) == table_rows(clean, table), table
 
 
-def test_crash_points_cover_the_whole_run(scenario_a: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_crash_points_cover_the_whole_run(name: str, tmp_path: Path, tmp_path_factory) -> None:
     counting = CrashingEngine(tmp_path, crash_at=0)
-    ingest(scenario_a, tmp_path, counting)
-    assert counting.writes == 37
+    ingest(_scenario(name, tmp_path_factory), tmp_path, counting)
+    assert counting.writes == TOTAL_WRITES[name]
 
 
-def test_full_replay_writes_nothing(scenario_a: Path, clean_lake: Path, tmp_path: Path) -> None:
+def test_full_replay_writes_nothing(scenario: Path, clean_lake: Path, tmp_path: Path) -> None:
     lake = tmp_path / "lake"
-    ingest(scenario_a, lake)
+    ingest(scenario, lake)
     before = {t: DeltaRsEngine(lake)._table(t).version() for t in ALL_TABLES}
-    report = ingest(scenario_a, lake)
+    report = ingest(scenario, lake)
     assert report.skipped_batches == report.batches > 0
     assert {t: DeltaRsEngine(lake)._table(t).version() for t in ALL_TABLES} == before
 
@@ -88,9 +134,9 @@ class AppendingEngine(DeltaRsEngine):
     commits_files = False
 
 
-def test_engines_without_file_commits_write_the_same_tables(scenario_a: Path, clean_lake: Path,
+def test_engines_without_file_commits_write_the_same_tables(scenario: Path, clean_lake: Path,
                                                             tmp_path: Path) -> None:
     lake = tmp_path / "lake"
-    ingest(scenario_a, lake, AppendingEngine(lake))
+    ingest(scenario, lake, AppendingEngine(lake))
     for table in ALL_TABLES:
         assert table_rows(lake, table) == table_rows(clean_lake, table), table

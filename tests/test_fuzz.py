@@ -1,20 +1,59 @@
-"""Random mutations and truncations of real records never raise out of the codec or the reader."""
+"""Random mutations and truncations of records never raise out of the codec or the reader.
+
+Records and segments the project generates (always) and real broker-written ones from the
+golden scenario-a recording (when ../shared is there).
+"""
 
 from __future__ import annotations
 
 import json
+import tempfile
 from functools import cache
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.decode import STATUSES, decode_record
 from pipelines.decode.columnar import decode_offset_commits
-from pipelines.sources.segments import decode_segment_bytes
+from pipelines.sources.segments import decode_segment_bytes, find_segments, read_records
 from tests.conftest import corpus_path
+from tests.support.generated import generated_scenario
 
 FUZZ = settings(max_examples=400, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+SOURCES = ("generated", "scenario-a")
+
+
+@cache
+def generated() -> Path:
+    """One generated scenario per test process (5 partitions, none/gzip/zstd)."""
+    return generated_scenario(Path(tempfile.mkdtemp(prefix="offsetlake-fuzz-")))
+
+
+def _records(source: str) -> list[tuple[bytes, bytes | None]]:
+    return _real_records() if source == "scenario-a" else _generated_records()
+
+
+@cache
+def _generated_records() -> list[tuple[bytes, bytes | None]]:
+    """Every non-commit record (all group record types) and every 40th offset commit."""
+    recs = [r for r in read_records(generated() / "segments") if r.key is not None]
+    commits = [r for r in recs if r.key[:2] in (b"\x00\x00", b"\x00\x01")]
+    picked = [r for r in recs if r.key[:2] not in (b"\x00\x00", b"\x00\x01")] + commits[::40]
+    return [(r.key, r.value) for r in picked]
+
+
+def segment_file(source: str) -> Path:
+    """A segment holding commits, group records and (scenario-a) transactions."""
+    if source == "scenario-a":
+        return corpus_path("golden", "scenario-a", "segments", "__consumer_offsets-3",
+                           "00000000000000000000.log")
+    return max((s.path for pl in find_segments(generated() / "segments") for s in pl.segments),
+               key=lambda p: p.stat().st_size)
 
 
 @cache
@@ -42,10 +81,11 @@ def _mutate(data: st.DataObject, blob: bytes) -> bytes:
     return blob[:i] + data.draw(st.binary(max_size=12))
 
 
+@pytest.mark.parametrize("source", SOURCES)
 @FUZZ
 @given(st.data())
-def test_codec_never_raises_on_mutated_real_records(data: st.DataObject) -> None:
-    records = _real_records()
+def test_codec_never_raises_on_mutated_real_records(source: str, data: st.DataObject) -> None:
+    records = _records(source)
     key, value = data.draw(st.sampled_from(records))
     if data.draw(st.booleans()):
         key = _mutate(data, key)
@@ -59,11 +99,11 @@ def test_codec_never_raises_on_mutated_real_records(data: st.DataObject) -> None
     assert table.num_rows == 1
 
 
+@pytest.mark.parametrize("source", SOURCES)
 @FUZZ
 @given(st.data())
-def test_reader_never_raises_on_mutated_segments(data: st.DataObject) -> None:
-    seg = corpus_path("golden", "scenario-a", "segments", "__consumer_offsets-3", "00000000000000000000.log")
-    blob = seg.read_bytes()
+def test_reader_never_raises_on_mutated_segments(source: str, data: st.DataObject) -> None:
+    blob = segment_file(source).read_bytes()
     for _ in range(data.draw(st.integers(1, 3))):
         blob = _mutate(data, blob)
     problems: list = []
