@@ -226,7 +226,9 @@ class _Position:
 
     @property
     def behind(self) -> bool:
-        return self.hw is not None and (self.lake_end or 0) < self.hw
+        """Evidence only: the lake's ingested position in this partition is known and lies
+        below the snapshot point. A partition the lake holds nothing of proves nothing."""
+        return self.hw is not None and self.lake_end is not None and self.lake_end < self.hw
 
     def behind_detail(self) -> str:
         if self.lso is not None and self.hw is not None and self.lso < self.hw \
@@ -469,6 +471,7 @@ class Reconciliation:
     num_partitions: int | None
     num_partitions_source: str
     table: pa.Table
+    lake_log_end: dict[int, int] = field(default_factory=dict)  # what the lake holds of the cluster
 
     def counts(self, level: str | None = None) -> dict[str, int]:
         rows = self.table.to_pylist() if level is None else [
@@ -487,13 +490,17 @@ def reconcile(engine: DeltaEngine, *, cluster_id: str = "default",
     the classified rows to ``reconciliation``. Raises :class:`NoSnapshotError` without one."""
     info = (latest_snapshot(engine, cluster_id) if snapshot_id is None
             else find_snapshot(engine, snapshot_id, cluster_id))
+    if info is None and snapshot_id is not None:
+        raise NoSnapshotError(f"no complete snapshot {snapshot_id!r} of cluster {cluster_id!r} in "
+                              f"{engine.root} (see the snapshot_runs table)")
     if info is None:
         raise NoSnapshotError(
             f"no snapshot of cluster {cluster_id!r} in {engine.root}: run `offsetlake snapshot` first")
     n, source = resolve_num_partitions(info, num_partitions)
     reconciled_at = reconciled_at or datetime.now(timezone.utc)
     reconcile_id = f"{reconciled_at.strftime('%Y%m%dT%H%M%S.%fZ')}-{uuid.uuid4().hex[:8]}"
-    rows = classify(load_lake_state(engine, cluster_id), load_snapshot_state(engine, info), n)
+    lake = load_lake_state(engine, cluster_id)
+    rows = classify(lake, load_snapshot_state(engine, info), n)
     if allow_partial:  # the user accepted what the ACLs hide; the rows still say so
         for r in rows:
             if r["classification"] == "not_authorized":
@@ -505,7 +512,8 @@ def reconcile(engine: DeltaEngine, *, cluster_id: str = "default",
     table = spec.conform(pa.Table.from_pylist([{**common, **r} for r in rows],
                                               schema=_loose(spec.arrow_schema)))
     engine.append(spec, table, f"offsetlake-reconcile:{cluster_id}:{reconcile_id}", 0)
-    result = Reconciliation(reconcile_id, cluster_id, info, reconciled_at, n, source, table)
+    result = Reconciliation(reconcile_id, cluster_id, info, reconciled_at, n, source, table,
+                            dict(lake.log_end))
     log.info("reconciliation %s of cluster %s vs snapshot %s: %s", reconcile_id, cluster_id,
              info.snapshot_id, result.counts())
     return result
@@ -540,7 +548,7 @@ def _describe(rows: Iterable[dict[str, Any]], limit: int) -> list[dict[str, Any]
 def run_reconcile(lake: str | Path, *, cluster_id: str = "default", gate: bool = True,
                   num_partitions: int | None = None, engine: DeltaEngine | None = None,
                   data_docs: bool = True, max_listed: int = 100,
-                  allow_partial: bool = False) -> ReconcileResult:
+                  allow_partial: bool = False, snapshot_id: str | None = None) -> ReconcileResult:
     """Reconcile, then (``gate``) run the Great Expectations suite over the lake and the new
     reconciliation. ``passed`` is False when any expectation fails; without the gate, when
     any row is unexplained. The summary names every failing row (group, topic, partition,
@@ -554,7 +562,7 @@ def run_reconcile(lake: str | Path, *, cluster_id: str = "default", gate: bool =
     """
     engine = engine or DeltaRsEngine(lake)
     rec = reconcile(engine, cluster_id=cluster_id, num_partitions=num_partitions,
-                    allow_partial=allow_partial)
+                    allow_partial=allow_partial, snapshot_id=snapshot_id)
     blockers = _blockers(rec, allow_partial)
     unexplained = rec.unexplained()
     summary: dict[str, Any] = {
@@ -614,6 +622,10 @@ def _blockers(rec: Reconciliation, allow_partial: bool) -> list[str]:
                    "grant the snapshot's principal DESCRIBE on the groups and topics and READ + "
                    "DESCRIBE on __consumer_offsets (README \"Security\"), or pass "
                    "--allow-partial to accept it")
+    if not rec.lake_log_end:
+        out.append(f"the lake holds no data of cluster {rec.cluster_id!r} (no ingested "
+                   f"__consumer_offsets record): ingest with --cluster-id {rec.cluster_id}, or "
+                   "reconcile the cluster the lake holds with its --cluster-id")
     if rec.table.num_rows == 0:
         out.append(f"nothing compared: neither the lake nor snapshot {info.snapshot_id} holds "
                    f"any group or offset of cluster {rec.cluster_id!r}")

@@ -55,6 +55,7 @@ class SnapshotInfo:
     errors: tuple[str, ...] = ()
     partial: bool = False
     not_authorized: tuple[str, ...] = ()
+    stored_at: datetime | None = None
 
 
 def string_field(name: str) -> pc.Expression:
@@ -98,6 +99,7 @@ def store_snapshot(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_id: s
     second would be silently skipped by the idempotent writes otherwise.
     """
     stored_at = stored_at or datetime.now(timezone.utc)
+    _upgrade_runs_table(engine)
     existing = _runs(engine, cluster_id, snapshot.snapshot_id)
     if existing and existing[0].require_stable != snapshot.require_stable:
         raise ValueError(
@@ -113,6 +115,35 @@ def store_snapshot(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_id: s
     log.info("stored snapshot %s of cluster %s: %s", snapshot.snapshot_id, cluster_id,
              ", ".join(f"{k}={v}" for k, v in written.items()))
     return written
+
+
+#: snapshot_runs columns added after lakes existed (issue 14): nullable, added in place.
+_ADDED_RUNS_COLUMNS = (("partial", "BOOLEAN"), ("not_authorized", "ARRAY<STRING>"))
+
+
+def _upgrade_runs_table(engine: DeltaEngine) -> None:
+    """Add the nullable ``partial`` / ``not_authorized`` columns to a ``snapshot_runs`` table
+    written before they existed (Delta appends refuse a wider schema); old rows read null."""
+    if not engine.exists(RUNS_TABLE):
+        return
+    missing = [(n, t) for n, t in _ADDED_RUNS_COLUMNS
+               if n not in engine.read(RUNS_TABLE, columns=None).schema.names]
+    if not missing:
+        return
+    spark = getattr(engine, "spark", None)
+    if spark is not None:  # delta-spark engine
+        columns = ", ".join(f"{n} {t}" for n, t in missing)
+        spark.sql(f"ALTER TABLE delta.`{engine.spark_path(RUNS_TABLE)}` "  # type: ignore[attr-defined]
+                  f"ADD COLUMNS ({columns})")
+    else:
+        from deltalake import Field
+        from deltalake.schema import ArrayType, PrimitiveType
+
+        types = {"BOOLEAN": PrimitiveType("boolean"),
+                 "ARRAY<STRING>": ArrayType(PrimitiveType("string"), contains_null=True)}
+        engine._table(RUNS_TABLE).alter.add_columns(  # type: ignore[attr-defined]
+            [Field(n, types[t], nullable=True) for n, t in missing])
+    log.info("%s: added columns %s", RUNS_TABLE, ", ".join(n for n, _ in missing))
 
 
 def _typed_defaults() -> dict[str, Any]:
@@ -203,7 +234,8 @@ def _info(row: dict[str, Any]) -> SnapshotInfo:
         num_offsets_partitions=int(row["num_offsets_partitions"] or 0),
         errors=tuple(row["errors"] or ()),
         partial=bool(row.get("partial")) or bool(row["errors"]) or bool(row.get("not_authorized")),
-        not_authorized=tuple(row.get("not_authorized") or ()))
+        not_authorized=tuple(row.get("not_authorized") or ()),
+        stored_at=row.get("stored_at"))
 
 
 def _runs(engine: DeltaEngine, cluster_id: str, snapshot_id: str | None = None
@@ -220,13 +252,16 @@ def _runs(engine: DeltaEngine, cluster_id: str, snapshot_id: str | None = None
 def latest_snapshot(engine: DeltaEngine, cluster_id: str = "default") -> SnapshotInfo | None:
     """The cluster's most recently *captured* complete snapshot (None when there is none).
 
-    Ordered by ``captured_at`` (ties by ``snapshot_id``), not by when it was stored: a
-    recorded capture stored late must not shadow a newer live one.
+    Ordered by ``captured_at``, not by when it was stored: a recorded capture stored late
+    must not shadow a newer live one. Snapshots captured at the same instant are ordered
+    the way they were stored (``stored_at``; the snapshot id only breaks an exact tie), so
+    the one stored last wins, never an accident of id spelling.
     """
     runs = _runs(engine, cluster_id)
     if not runs:
         return None
-    return max(runs, key=lambda r: (r.captured_at, r.snapshot_id))
+    floor = datetime.min.replace(tzinfo=timezone.utc)
+    return max(runs, key=lambda r: (r.captured_at, r.stored_at or floor, r.snapshot_id))
 
 
 def find_snapshot(engine: DeltaEngine, snapshot_id: str, cluster_id: str = "default"
