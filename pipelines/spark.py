@@ -229,9 +229,43 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     spark = builder.getOrCreate()
     if settings.log_level:
         spark.sparkContext.setLogLevel(settings.log_level)
+    include_wheels(spark.sparkContext)
     log.debug("Spark session: master %s, %d settings of ours, user's kept: %s",
               spark.sparkContext.master, len(settings.conf), sorted(user_conf))
     return spark
+
+
+def include_wheels(sc) -> list[str]:
+    """Put wheels given to ``--py-files`` on the Python workers' path; returns their names.
+
+    spark-submit ships every ``--py-files`` file to the driver and executors, but pyspark
+    adds only ``.zip``/``.egg``/``.jar`` ones to the path of the Python workers
+    (``SparkContext.PACKAGE_EXTENSIONS``), so with ``--py-files offsetlake-*.whl`` the
+    executors (and the driver-side worker that creates a Python data source) cannot import
+    ``pipelines``. A pure-Python wheel is a zip that imports as it is: it joins the same list.
+    The driver-side worker of a Python *streaming* source looks for includes in a fixed
+    ``streaming_job`` subdirectory where spark-submit's files never are (Spark's
+    PythonStreamingSourceRunner), so the driver's copy also goes on the PYTHONPATH that
+    Python functions carry (``sc.environment``; absent paths are ignored on executors).
+    """
+    includes = getattr(sc, "_python_includes", None)
+    if includes is None:
+        return []
+    from pyspark import SparkFiles
+
+    wheels = [os.path.basename(p.strip())
+              for p in (sc.getConf().get("spark.submit.pyFiles") or "").split(",")
+              if p.strip().lower().endswith(".whl")]
+    added = [name for name in wheels if name not in includes]
+    includes.extend(added)
+    local = [os.path.join(SparkFiles.getRootDirectory(), name) for name in added]
+    local = [p for p in local if os.path.exists(p)]
+    if local:
+        existing = sc.environment.get("PYTHONPATH")
+        sc.environment["PYTHONPATH"] = os.pathsep.join([*local, *([existing] if existing else [])])
+    if added:
+        log.debug("wheels from --py-files on the Python workers' path: %s", added)
+    return added
 
 
 def jvm_class_visible(spark, class_name: str) -> bool:

@@ -1,0 +1,189 @@
+"""The ingest job on a real Spark standalone cluster, the project shipped as the built wheel.
+
+A master and a worker are started from pyspark's own install (``spark-class
+org.apache.spark.deploy.master.Master`` / ``...worker.Worker``) on 127.0.0.1; executors run
+in the worker's own work directory. The driver and the executors use an interpreter that
+sees the dependencies but neither the checkout nor an installed offsetlake: the job's code
+reaches them only as the wheel given to ``spark-submit --py-files``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sysconfig
+import time
+import urllib.request
+import venv
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.support.wheel import WheelInstall, clean_env, installed_wheel
+from tests.test_ingest import lake_offsets, live_offsets
+
+pytestmark = pytest.mark.slow
+
+
+def spark_home() -> Path:
+    """The Spark distribution inside the pyspark package (its bin/ and jars/)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    return Path(_find_spark_home())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Stop a daemon and everything it started (executors, Python workers): its process group."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=15)
+
+
+@dataclass
+class Cluster:
+    master_url: str
+    master_ui: str
+    work_dir: Path
+    env: dict[str, str]  # what spark-submit against this cluster needs (conf dir, local ip)
+
+
+def _master_state(ui: str) -> dict:
+    with urllib.request.urlopen(f"{ui}/json/", timeout=5) as answer:
+        return json.loads(answer.read())
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
+    """A standalone master and one worker (2 cores, 2 GB), torn down even when a test fails."""
+    home = spark_home()
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime: Spark's master and worker need one (.ci/run installs it)")
+    root = tmp_path_factory.mktemp("spark-cluster")
+    conf_dir = root / "conf"  # no spark-defaults.conf / log4j2 from the machine
+    conf_dir.mkdir()
+    work_dir = root / "worker-work"
+    env = clean_env(SPARK_HOME=str(home), SPARK_CONF_DIR=str(conf_dir), SPARK_LOCAL_IP="127.0.0.1",
+                    SPARK_LOCAL_DIRS=str(root / "local"), SPARK_DAEMON_MEMORY="512m",
+                    SPARK_LOG_DIR=str(root / "logs"))
+    master_port, master_ui_port = free_port(), free_port()
+    master_url = f"spark://127.0.0.1:{master_port}"
+    master_ui = f"http://127.0.0.1:{master_ui_port}"
+    logs = root / "logs"
+    logs.mkdir()
+    procs: list[subprocess.Popen] = []
+    try:
+        with open(logs / "master.out", "wb") as out:
+            procs.append(subprocess.Popen(
+                [home / "bin" / "spark-class", "org.apache.spark.deploy.master.Master",
+                 "--host", "127.0.0.1", "--port", str(master_port), "--webui-port",
+                 str(master_ui_port)], env=env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True))
+        with open(logs / "worker.out", "wb") as out:
+            procs.append(subprocess.Popen(
+                [home / "bin" / "spark-class", "org.apache.spark.deploy.worker.Worker", master_url,
+                 "--host", "127.0.0.1", "--port", str(free_port()), "--webui-port", str(free_port()),
+                 "--cores", "2", "--memory", "2g", "--work-dir", str(work_dir)],
+                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + 120
+        while True:
+            for proc, name in zip(procs, ("master", "worker"), strict=True):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the Spark {name} exited ({proc.returncode}): "
+                                       f"{(logs / f'{name}.out').read_text()[-2000:]}")
+            with contextlib.suppress(OSError, ValueError):
+                workers = _master_state(master_ui).get("workers", [])
+                if any(w.get("state") == "ALIVE" for w in workers):
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("no worker registered with the master within 120 s: "
+                                   f"{(logs / 'worker.out').read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield Cluster(master_url, master_ui, work_dir,
+                      {k: env[k] for k in ("SPARK_HOME", "SPARK_CONF_DIR", "SPARK_LOCAL_IP",
+                                           "SPARK_LOCAL_DIRS")})
+    finally:
+        for proc in reversed(procs):
+            _stop_group(proc)
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory) -> Path:
+    """An interpreter with the dependencies (through a .pth line) and no offsetlake at all."""
+    env_dir = tmp_path_factory.mktemp("bare") / "venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "offsetlake_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = subprocess.run([str(python), "-c", "import pyspark, deltalake, pipelines"],
+                           capture_output=True, text=True, cwd=env_dir, env=clean_env())
+    assert "No module named 'pipelines'" in probe.stderr, probe  # only --py-files can bring it
+    return python
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> WheelInstall:
+    return installed_wheel(tmp_path_factory.getbasetemp() / "wheel-install")
+
+
+def test_golden_scenario_a_through_the_cluster(cluster: Cluster, bare_python: Path,
+                                              wheel: WheelInstall, scenario_a: Path,
+                                              tmp_path: Path) -> None:
+    """spark-submit of the ingest job: committed_offsets = the recording's live OffsetFetch."""
+    job = tmp_path / "ingest_job.py"  # the job file as users get it, outside the checkout
+    shutil.copy(REPO / "jobs" / "ingest.py", job)
+    lake = tmp_path / "lake"
+    home = Path(cluster.env["SPARK_HOME"])
+    cmd = [home / "bin" / "spark-submit", "--master", cluster.master_url,
+           "--py-files", wheel.wheel,
+           "--conf", f"spark.pyspark.python={bare_python}",
+           "--conf", f"spark.pyspark.driver.python={bare_python}",
+           "--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2",
+           "--conf", "spark.ui.enabled=false",
+           job, "--source", "segments", "--path", scenario_a / "segments", "--lake", lake,
+           "--cluster-id", "scenario-a", "--max-records-per-batch", "5000"]
+    began = time.monotonic()
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=tmp_path, env=clean_env(**cluster.env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        _stop_group(proc)
+    (tmp_path / "spark-submit.err").write_text(stderr)
+    assert proc.returncode == 0, "\n".join(
+        line for line in stderr.splitlines()
+        if " INFO " not in line and " WARN " not in line)[-6000:]
+    summary = json.loads(stdout[stdout.index("{"):])
+    assert summary["batches"] >= 3 and summary["records"] > 0
+    assert set(summary["decode_status"]) <= {"ok", "tombstone", "control"}
+    assert lake_offsets(lake) == live_offsets(scenario_a)
+    # The work ran in the worker's executors, in their own directories, not the driver's.
+    app_dirs = [p for p in cluster.work_dir.iterdir() if p.name.startswith("app-")]
+    assert len(app_dirs) == 1, app_dirs
+    executor_logs = "".join(p.read_text(errors="replace") for p in app_dirs[0].rglob("stderr"))
+    assert "Running task" in executor_logs
+    # ... where spark-submit shipped the wheel: the executors' only source of `pipelines`.
+    assert [p.name for p in app_dirs[0].glob("*/*.whl")] == [wheel.wheel.name]
+    print(f"scenario-a through the standalone cluster: {time.monotonic() - began:.1f} s")
