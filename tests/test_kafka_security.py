@@ -163,16 +163,18 @@ def test_kafka_python_debug_logs_are_redacted(scram_kafka: FakeKafkaCluster) -> 
     on the root handler masks it, and the capture still works over SCRAM-SHA-512."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    root = logging.getLogger()
-    old_level = root.level
+    root, kafka_log = logging.getLogger(), logging.getLogger("kafka")
+    old_levels = root.level, kafka_log.level
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
+    kafka_log.setLevel(logging.DEBUG)  # the CLI quiets it below DEBUG; other tests may have run it
     try:
         redaction.install()
         snapshot = capture_snapshot(scram_kafka.bootstrap_servers, **FAST, **sasl())
     finally:
         root.removeHandler(handler)
-        root.setLevel(old_level)
+        root.setLevel(old_levels[0])
+        kafka_log.setLevel(old_levels[1])
     output = stream.getvalue()
     assert "Starting KafkaAdminClient with configuration" in output  # kafka-python's own line
     assert "'sasl_plain_password': '***'" in output
@@ -446,6 +448,35 @@ def test_reconcile_never_passes_on_a_snapshot_cut_by_acls(scram_kafka: FakeKafka
     nothing = run_reconcile(empty.root, engine=empty, data_docs=False, gate=False)
     assert nothing.reconciliation.table.num_rows == 0 and not nothing.passed
     assert any("nothing compared" in b for b in nothing.summary["blocked_by"])
+
+
+def test_snapshot_runs_of_an_older_lake_gain_the_new_columns(tmp_path: Path) -> None:
+    """A lake whose snapshot_runs predates partial/not_authorized still takes snapshots: the
+    nullable columns are added in place, old rows read null (and not partial)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from pipelines.lake.contracts import contract
+    from pipelines.lake.engines import DeltaRsEngine
+    from pipelines.reconcile.cluster import ClusterSnapshot
+    from pipelines.reconcile.snapshot import RUNS_TABLE, _runs, store_snapshot
+
+    engine = DeltaRsEngine(tmp_path / "lake")
+    full = contract(RUNS_TABLE).arrow_schema
+    old = full.remove(full.get_field_index("not_authorized")).remove(
+        full.get_field_index("partial"))
+    DeltaTable.create(engine.path(RUNS_TABLE), old)
+    now = dt.datetime(2026, 11, 24, tzinfo=dt.timezone.utc)
+    write_deltalake(engine.path(RUNS_TABLE), pa.Table.from_pylist([{
+        "cluster_id": "default", "snapshot_id": "old", "captured_at": now, "source": "t",
+        "require_stable": False, "num_groups": 0, "num_members": 0, "num_offsets": 0,
+        "num_offset_errors": 0, "num_offsets_partitions": 0, "errors": [],
+        "stored_at": now}], schema=old), mode="append")
+    store_snapshot(engine, ClusterSnapshot("new", now + dt.timedelta(seconds=1), "t",
+                                           not_authorized=["group:g"]))
+    runs = {r.snapshot_id: r for r in _runs(engine, "default")}
+    assert not runs["old"].partial and runs["new"].partial
+    assert runs["new"].not_authorized == ("group:g",)
 
 
 def test_snapshot_strict_exits_3_on_a_partial_snapshot(scram_kafka: FakeKafkaCluster,
