@@ -29,6 +29,7 @@ every later log line and message.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import ssl
@@ -40,6 +41,8 @@ from typing import Any
 import kafka.errors as Errors
 
 from pipelines.redaction import is_secret_key, redact, register_secret
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "OFFSETLAKE_KAFKA_OPTION_"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -141,6 +144,11 @@ def gather(cli: Mapping[str, str] | None = None, options_file: str | Path | None
             canonical = str(key).strip().lower().replace("_", ".")
             if is_secret_key(canonical):
                 register_secret(value)
+                if layer is layers[-1]:
+                    log.warning("Kafka option %s was given on the command line, where every "
+                                "user of this machine can read it (ps): pass it as %s%s or in "
+                                "--kafka-options-file", canonical, ENV_PREFIX,
+                                canonical.upper().replace(".", "_"))
             merged[canonical] = value
     return merged
 

@@ -138,6 +138,14 @@ def test_secrets_from_a_properties_file_and_the_environment(tmp_path: Path) -> N
         gather({}, tmp_path / "missing.properties", {})
 
 
+def test_a_secret_on_the_command_line_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="pipelines.kafka_options"):
+        gather({"sasl.plain.password": PASSWORD}, None, {})
+    (record,) = [r for r in caplog.records if "command line" in r.getMessage()]
+    assert "OFFSETLAKE_KAFKA_OPTION_SASL_PLAIN_PASSWORD" in record.getMessage()
+    assert PASSWORD not in record.getMessage()
+
+
 # ----------------------------------------------------------------------------- redaction
 
 
