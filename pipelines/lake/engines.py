@@ -221,6 +221,7 @@ class SparkDeltaEngine:
         self.location = lake_location(root, storage_options)
         self.root: Path | str = (self.location.local_path if self.location.is_local
                                  else self.location.uri)
+        self._existing: set[str] = set()  # tables seen to exist: tables are never dropped
 
     def path(self, table: str) -> str:
         return self.location.join(table)
@@ -230,9 +231,14 @@ class SparkDeltaEngine:
         return spark_uri(self.path(table))
 
     def exists(self, table: str) -> bool:
+        if table in self._existing:
+            return True
         from delta.tables import DeltaTable
 
-        return DeltaTable.isDeltaTable(self.spark, self.spark_path(table))
+        if DeltaTable.isDeltaTable(self.spark, self.spark_path(table)):
+            self._existing.add(table)
+            return True
+        return False
 
     def _df(self, contract: TableContract, data: pa.Table, schema: pa.Schema | None = None):
         return self.spark.createDataFrame(contract.conform(data, schema))
@@ -247,6 +253,7 @@ class SparkDeltaEngine:
         for c in contract.columns:
             builder = builder.addColumn(c.name, c.type, nullable=c.nullable, comment=c.comment)
         builder.execute()
+        self._existing.add(contract.name)
 
     def commit_files(self, contract: TableContract, files: list[DataFile], app_id: str, version: int) -> bool:
         raise NotImplementedError("delta-spark commits only files it writes itself; use append_frame()")
