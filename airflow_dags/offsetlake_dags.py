@@ -81,6 +81,7 @@ PARAM_ENV = {
     "delta_engine": "OFFSETLAKE_DELTA_ENGINE",
     "recorded": "OFFSETLAKE_SNAPSHOT_RECORDED",
     "retention_hours": "OFFSETLAKE_RETENTION_HOURS",
+    "strict": "OFFSETLAKE_STRICT",
 }
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -397,6 +398,9 @@ def _params(c: Cluster) -> dict[str, Param]:
                                      "of the live cluster"),
         "retention_hours": Param(c.retention_hours, type="integer", minimum=168,
                                  description="vacuum retention = time-travel window"),
+        "strict": Param(True, type="boolean",
+                        description="fail the task on any unreadable byte, undecodable record "
+                                    "or empty source (offsetlake --strict) instead of warning"),
     }
 
 

@@ -286,7 +286,9 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
 
     Refuses (:class:`CheckpointMismatch`) a checkpoint made for another source.
     """
-    cfg = replace(cfg, checkpoint=cfg.checkpoint_dir)  # resolved once
+    # resolved once, and absolute: Spark's JVM and its Python workers may run elsewhere than here
+    cfg = replace(cfg, checkpoint=cfg.checkpoint_dir.resolve(),
+                  path=str(Path(cfg.path).resolve()) if cfg.path else cfg.path)
     identity = cfg.identity()
     claim(cfg.checkpoint_dir, identity)
     engine = engine or make_engine(cfg.delta_engine, lake_location(cfg.lake), spark=spark)

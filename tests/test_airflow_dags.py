@@ -98,7 +98,8 @@ def test_shipped_config_builds_the_demo_dag() -> None:
         "cluster_id": "demo", "lake": f"{demo_home}/lake", "source": "segments",
         "segments_path": f"{demo_home}/demo-data", "bootstrap_servers": None,
         "delta_engine": "delta-rs", "recorded": f"{demo_home}/demo-data/live",
-        "retention_hours": 720}
+        "retention_hours": 720, "strict": True}
+    assert dag.get_task("ingest").env["OFFSETLAKE_STRICT"].startswith("{{ params.strict")
     ingest = dag.get_task("ingest").bash_command
     assert " -m pipelines.cli ingest " in ingest and "--trigger available-now" in ingest
     assert '--recorded "$OFFSETLAKE_SNAPSHOT_RECORDED"' in dag.get_task("snapshot").bash_command
