@@ -84,11 +84,10 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
-@pytest.fixture(scope="session")
-def moto_s3() -> Iterator[ObjectStore]:
-    """moto's standalone S3 server (``python -m moto.server``) on a free loopback port."""
-    if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask") is None:
-        pytest.skip("moto's server is not installed: pip install 'moto[server]' (the dev extra)")
+@contextlib.contextmanager
+def moto_server() -> Iterator[ObjectStore]:
+    """moto's standalone S3 server (``python -m moto.server``) on a free loopback port, with
+    one bucket; stopped on exit. Also used by benchmarks/object_store.py."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -106,6 +105,19 @@ def moto_s3() -> Iterator[ObjectStore]:
         yield ObjectStore("moto-s3", "s3", endpoint, options)
     finally:
         _stop(proc)
+
+
+def moto_installed() -> bool:
+    return importlib.util.find_spec("moto") is not None and importlib.util.find_spec("flask") is not None
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[ObjectStore]:
+    """moto's S3 server for the whole test session (see :func:`moto_server`)."""
+    if not moto_installed():
+        pytest.skip("moto's server is not installed: pip install 'moto[server]' (the dev extra)")
+    with moto_server() as store:
+        yield store
 
 
 def azurite_binary() -> str | None:
@@ -154,4 +166,4 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
 
 
 __all__ = ["AZURITE_ACCOUNT", "AZURITE_KEY", "BUCKET", "ObjectStore", "azurite", "azurite_binary",
-           "free_port", "moto_s3"]
+           "free_port", "moto_installed", "moto_s3", "moto_server"]
