@@ -4,7 +4,8 @@ A master and a worker are started from pyspark's own install (``spark-class
 org.apache.spark.deploy.master.Master`` / ``...worker.Worker``) on 127.0.0.1; executors run
 in the worker's own work directory. The driver and the executors use an interpreter that
 sees the dependencies but neither the checkout nor an installed offsetlake: the job's code
-reaches them only as the wheel given to ``spark-submit --py-files``.
+reaches them only as the wheel given to ``spark-submit --py-files``. The lake is on the
+S3 server the tests start (moto's): tasks write history files there, the driver commits.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from tests.conftest import REPO
+from tests.support.servers import ObjectStore, moto_s3  # noqa: F401 (fixture)
 from tests.support.wheel import WheelInstall, clean_env, installed_wheel
-from tests.test_ingest import lake_offsets, live_offsets
+from tests.test_ingest import live_offsets
 
 pytestmark = pytest.mark.slow
 
@@ -149,11 +152,12 @@ def wheel(tmp_path_factory) -> WheelInstall:
 
 def test_golden_scenario_a_through_the_cluster(cluster: Cluster, bare_python: Path,
                                               wheel: WheelInstall, scenario_a: Path,
+                                              moto_s3: ObjectStore,  # noqa: F811
                                               tmp_path: Path) -> None:
     """spark-submit of the ingest job: committed_offsets = the recording's live OffsetFetch."""
     job = tmp_path / "ingest_job.py"  # the job file as users get it, outside the checkout
     shutil.copy(REPO / "jobs" / "ingest.py", job)
-    lake = tmp_path / "lake"
+    lake = moto_s3.lake_uri("cluster")
     home = Path(cluster.env["SPARK_HOME"])
     cmd = [home / "bin" / "spark-submit", "--master", cluster.master_url,
            "--py-files", wheel.wheel,
@@ -162,9 +166,12 @@ def test_golden_scenario_a_through_the_cluster(cluster: Cluster, bare_python: Pa
            "--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2",
            "--conf", "spark.ui.enabled=false",
            job, "--source", "segments", "--path", scenario_a / "segments", "--lake", lake,
-           "--cluster-id", "scenario-a", "--max-records-per-batch", "5000"]
+           "--checkpoint", tmp_path / "checkpoint", "--cluster-id", "scenario-a",
+           "--max-records-per-batch", "5000"]
     began = time.monotonic()
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=tmp_path, env=clean_env(**cluster.env),
+    # storage options by environment (OFFSETLAKE_STORAGE_OPTIONS), never on the command line
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=tmp_path,
+                            env=clean_env(**cluster.env, **moto_s3.env()),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -178,7 +185,11 @@ def test_golden_scenario_a_through_the_cluster(cluster: Cluster, bare_python: Pa
     summary = json.loads(stdout[stdout.index("{"):])
     assert summary["batches"] >= 3 and summary["records"] > 0
     assert set(summary["decode_status"]) <= {"ok", "tombstone", "control"}
-    assert lake_offsets(lake) == live_offsets(scenario_a)
+    rows = DeltaTable(f"{lake}/committed_offsets",
+                      storage_options=moto_s3.storage_options).to_pyarrow_table().to_pylist()
+    lake_offsets = {(r["group_id"], r["topic"], r["partition"]):
+                    (r["committed_offset"], r["leader_epoch"], r["metadata"]) for r in rows}
+    assert lake_offsets == live_offsets(scenario_a)
     # The work ran in the worker's executors, in their own directories, not the driver's.
     app_dirs = [p for p in cluster.work_dir.iterdir() if p.name.startswith("app-")]
     assert len(app_dirs) == 1, app_dirs
