@@ -324,3 +324,20 @@ def test_concurrent_committers_on_s3_lose_no_commit(moto_s3: ObjectStore) -> Non
     assert {w: sorted(v) for w, v in got.items()} == {"init": [-1], "a": list(range(n)),
                                                       "b": list(range(n))}
     assert dt.version() == 2 * n  # version 0 + one version per commit, none overwritten
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", [13])  # mid-run: batch 2, after a state merge
+def test_replay_after_a_crash_at_a_write_point_on_the_store(
+        store: ObjectStore, demo, local_demo_lake: Path, crash_at: int) -> None:
+    """test_exactly_once's crash-and-replay on the store: dies just before its N-th write
+    (a history commit or a state merge), then the same app id replays the whole run."""
+    from tests.test_exactly_once import Crash, CrashingEngine
+
+    lake = lake_location(store.lake_uri("crash"), store.storage_options)
+    with pytest.raises(Crash):
+        ingest_segments_local(demo[0], lake, cluster_id="demo", engine=CrashingEngine(lake, crash_at),
+                              max_records_per_batch=1)
+    ingest_segments_local(demo[0], lake, cluster_id="demo", max_records_per_batch=1)
+    for table in ALL_TABLES:
+        assert rows(lake, table) == rows(local_demo_lake, table), table
