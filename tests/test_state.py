@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from pipelines.history.tables import StateInput
 from pipelines.ingest import ingest_segments_local
 from pipelines.lake.contracts import contract
-from pipelines.state.apply import _latest_group_record_changes, _topic_names
+from pipelines.state.apply import _latest_group_record_changes
 from pipelines.state.groups import LatestRecord, derive_group
 from pipelines.state.offsets import offset_changes, state_rows
+from pipelines.state.topics import batch_names
 
 
 @pytest.fixture(scope="module")
@@ -127,4 +128,4 @@ def test_state_rows_give_the_same_state_as_every_row(rows: list, seed: int) -> N
     assert offset_changes(reduced, now).equals(offset_changes(table, now))
     everything, few = StateInput(table), StateInput(reduced)
     assert _latest_group_record_changes(few, now).equals(_latest_group_record_changes(everything, now))
-    assert _topic_names({}, few) == _topic_names({}, everything)
+    assert batch_names(few) == batch_names(everything)

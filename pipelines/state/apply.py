@@ -19,6 +19,8 @@ from pipelines.decode.jsonify import dumps
 from pipelines.history.tables import StateInput
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import OP, DeltaEngine
+from pipelines.lake.keys import KeyFilter
+from pipelines.state import topics
 from pipelines.state.generations import generation_changes
 from pipelines.state.groups import OFFSET_ACTIVITY, LatestRecord, derive_group
 from pipelines.state.offsets import last_per_key, offset_changes
@@ -33,14 +35,10 @@ def _with_ops(rows: list[dict], table: str, ops: list[str]) -> pa.Table:
     return data.append_column(OP, pa.array(ops, pa.string()))
 
 
-def _group_filter(groups: set[tuple[str, str]]):
-    """Rows of the touched groups' ids (any cluster; callers keep exact (cluster, group) pairs).
-
-    delta-rs datasets prune on string_view statistics, which literal strings cannot be
-    compared with: cast the column in the expression (the filter still runs in the scan).
-    """
-    ids = sorted({g for _, g in groups})
-    return pc.is_in(pc.field("group_id").cast(pa.string()), value_set=pa.array(ids, pa.string()))
+def _group_filter(groups: set[tuple[str, str]], null_columns: tuple[str, ...] = ()) -> KeyFilter:
+    """Rows of exactly the touched (cluster, group) pairs, as a filter both engines push
+    into their scans (delta-rs: a pyarrow expression; delta-spark: a SQL predicate)."""
+    return KeyFilter.of(("cluster_id", "group_id"), groups, null_columns)
 
 
 def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: int,
@@ -52,13 +50,31 @@ def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
         changed["committed_offsets"] = oc_changes.num_rows
 
     latest = _latest_group_record_changes(batch, now)
+    clusters = set(latest.column("cluster_id").to_pylist()) | set(
+        batch.offset_commits.column("cluster_id").to_pylist())
+    known = topics.known_names(engine, clusters)
+    names = {**known, **topics.batch_names(batch)}
+    # Ownership history replays this batch on the state *before* it (member metadata as
+    # of each record), so it is computed and merged before group_records_latest changes.
+    if not engine.committed("group_generations", app_id, batch_id):
+        gens = _generation_changes(engine, batch, names, known, now)
+        if gens.num_rows and engine.merge(contract("group_generations"), gens, app_id, batch_id):
+            changed["group_generations"] = gens.num_rows
+
     if latest.num_rows and engine.merge(contract("group_records_latest"), latest, app_id, batch_id):
         changed["group_records_latest"] = latest.num_rows
+    new_names = {k: v for k, v in names.items() if k not in known}
+    if new_names:
+        engine.ensure(contract(topics.TABLE))
+        if engine.merge(contract(topics.TABLE), topics.name_rows(new_names, "log", now), app_id, batch_id):
+            changed[topics.TABLE] = len(new_names)
     touched = set(zip(latest.column("cluster_id").to_pylist(), latest.column("group_id").to_pylist(),
                       strict=True))
     # offset deletions can remove an offset-only group: its groups are touched too
     touched |= set(zip(oc_changes.column("cluster_id").to_pylist(),
                        oc_changes.column("group_id").to_pylist(), strict=True))
+    # members holding a topic id whose name is now known are derived again
+    touched |= topics.unresolved_member_groups(engine, names)
     if not touched:
         return changed
 
@@ -66,7 +82,8 @@ def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     with_offsets = _groups_with_offsets(engine, touched)
     group_rows, member_rows, group_delete = [], [], []
     for cluster_id, group_id in sorted(touched):
-        group, members = derive_group(group_id, records.get((cluster_id, group_id), []),
+        mine = {i: n for (c, i), n in names.items() if c == cluster_id}
+        group, members = derive_group(group_id, records.get((cluster_id, group_id), []), mine,
                                       has_offsets=(cluster_id, group_id) in with_offsets)
         if group is None:
             group_delete.append({"cluster_id": cluster_id, "group_id": group_id, "group_type": "",
@@ -91,24 +108,53 @@ def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     if members.num_rows and engine.merge(contract("group_members"), members, app_id, batch_id):
         changed["group_members"] = members.num_rows
 
+    return changed
+
+
+def _generation_changes(engine: DeltaEngine, batch: StateInput, names: topics.Names,
+                        known: topics.Names, now: datetime) -> pa.Table:
+    """Change set for ``group_generations``: rows still naming a topic by an id this batch
+    names (renamed: old key deleted), then the batch's classic/KIP-848 events replayed."""
+    new = {k: v for k, v in names.items() if k not in known}
+    out: dict[tuple, dict] = {}
+    deletes: dict[tuple, dict] = {}
+
+    def gen_key(r: dict) -> tuple:
+        return (r["cluster_id"], r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"])
+
+    def resolved(rows: list[dict]) -> list[dict]:
+        result = []
+        for r in rows:
+            fixed = topics.resolve_row(r, new)
+            if fixed is not r:
+                deletes[gen_key(r)] = r
+                out[gen_key(fixed)] = {**fixed, "updated_at": now}
+            result.append(fixed)
+        return result
+
+    resolved(topics.renamed_generation_rows(engine, new))
     events: dict[str, list] = {}
     for g in batch.group_records:
-        if g.record.record_type in (2, 3, 8):
+        if g.record.record_type in (2, 3, 5, 8):
             events.setdefault(g.cluster_id, []).append((g.group_id, g.record))
     if events:
         ev_groups = {(c, g) for c, evs in events.items() for g, _ in evs}
-        open_rows = engine.read("group_generations", None,
-                                _group_filter(ev_groups) & pc.field("valid_to").is_null()).to_pylist()
-        names = _topic_names(records, batch)
-        rows = []
+        open_rows = resolved(engine.read("group_generations", None,
+                                         _group_filter(ev_groups, ("valid_to",))).to_pylist())
+        unfilled = resolved(engine.read("group_generations", None,
+                                        _group_filter(ev_groups, ("client_id",))).to_pylist())
+        before = _latest_records(engine, ev_groups, record_types=(5,))
         for cluster_id, evs in sorted(events.items()):
             mine = [r for r in open_rows if r["cluster_id"] == cluster_id]
-            rows.extend(generation_changes(mine, evs, names, cluster_id, now,
-                                           _member_metadata(records, cluster_id, batch)))
-        gens = _with_ops(rows, "group_generations", ["upsert"] * len(rows))
-        if rows and engine.merge(contract("group_generations"), gens, app_id, batch_id):
-            changed["group_generations"] = len(rows)
-    return changed
+            members = {(g, r.subkey): r.value for (c, g), recs in before.items() if c == cluster_id
+                       for r in recs if r.record_type == 5 and r.value}
+            rows = generation_changes(
+                mine, evs, {i: n for (c, i), n in names.items() if c == cluster_id}, cluster_id, now,
+                members, [r for r in unfilled if r["cluster_id"] == cluster_id])
+            out.update({gen_key(r): r for r in rows})
+    rows = list(out.values()) + [d for k, d in deletes.items() if k not in out]
+    ops = ["upsert"] * len(out) + ["delete"] * (len(rows) - len(out))
+    return _with_ops(rows, "group_generations", ops)
 
 
 def _latest_group_record_changes(batch: StateInput, now: datetime) -> pa.Table:
@@ -148,9 +194,12 @@ def _groups_with_offsets(engine: DeltaEngine, groups: set[tuple[str, str]]) -> s
                    strict=True)) & groups
 
 
-def _latest_records(engine: DeltaEngine, groups: set[tuple[str, str]]
+def _latest_records(engine: DeltaEngine, groups: set[tuple[str, str]],
+                    record_types: tuple[int, ...] | None = None
                     ) -> dict[tuple[str, str], list[LatestRecord]]:
     table = engine.read("group_records_latest", None, _group_filter(groups))
+    if record_types is not None:
+        table = table.filter(pc.field("record_type").isin(list(record_types)))
     out: dict[tuple[str, str], list[LatestRecord]] = {}
     for r in table.to_pylist():
         key = (r["cluster_id"], r["group_id"])
@@ -161,27 +210,3 @@ def _latest_records(engine: DeltaEngine, groups: set[tuple[str, str]]
             r["record_type"], r["subkey"], r["is_tombstone"], value,
             r["offsets_partition"], r["offset"], r["record_timestamp"], r["value_version"]))
     return out
-
-
-def _member_metadata(records: dict[tuple[str, str], list[LatestRecord]], cluster_id: str,
-                     batch: StateInput) -> dict[tuple[str, str], dict]:
-    """KIP-848 member metadata (type 5) by (group, member): from state, then this batch."""
-    out = {(g, r.subkey): r.value for (c, g), recs in records.items() if c == cluster_id
-           for r in recs if r.record_type == 5 and r.value}
-    out.update({(g.group_id, g.record.subkey): g.record.value for g in batch.group_records
-                if g.cluster_id == cluster_id and g.record.record_type == 5 and g.record.value})
-    return out
-
-
-def _topic_names(records: dict[tuple[str, str], list[LatestRecord]], batch: StateInput) -> dict[str, str]:
-    """Topic id -> name from partition-metadata records (state and this batch, which may
-    tombstone them) and from 4.1+ offset commits, which carry both."""
-    names = {}
-    latest = [r for recs in records.values() for r in recs] + [g.record for g in batch.group_records]
-    for r in latest:
-        if r.record_type in (4, 9, 18) and r.value:
-            names.update({t["topic_id"]: t["topic_name"] for t in r.value.get("topics") or ()})
-    commits = batch.offset_commits.select(["topic_id", "topic"]).filter(
-        pc.is_valid(batch.offset_commits.column("topic_id")))
-    names.update(zip(commits.column("topic_id").to_pylist(), commits.column("topic").to_pylist(), strict=True))
-    return names

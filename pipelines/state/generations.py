@@ -5,6 +5,11 @@ closed and one row per (member, partition) of the new assignment is opened. A KI
 current-assignment record does the same for one member at its member epoch. Tombstones
 close rows. Rows are only ever closed, never deleted, so rebalances and KIP-70
 subscription changes stay auditable.
+
+A KIP-848 row takes its member's metadata (client id, host, subscription) as of the
+record that opened it: member-metadata records (type 5) are replayed in log order with
+the rest. A row opened before its member's first metadata record is filled in by that
+record later, whatever batch it lands in: the table does not depend on batch boundaries.
 """
 
 from __future__ import annotations
@@ -34,16 +39,24 @@ def _classic_rows(group_id: str, rec: LatestRecord) -> dict[GenKey, dict[str, An
     return rows
 
 
+def _member_attrs(member: dict[str, Any]) -> dict[str, Any]:
+    return {"group_instance_id": member.get("instance_id"), "client_id": member.get("client_id"),
+            "client_host": member.get("client_host"),
+            "subscribed_topics": member.get("subscribed_topic_names")}
+
+
 def _member_rows(group_id: str, rec: LatestRecord, topic_names: dict[str, str],
                  member: dict[str, Any]) -> dict[GenKey, dict[str, Any]]:
     value = rec.value or {}
     epoch = value.get("member_epoch", 0)
-    base = {"group_type": "consumer", "group_instance_id": member.get("instance_id"),
-            "client_id": member.get("client_id"), "client_host": member.get("client_host"),
-            "subscribed_topics": member.get("subscribed_topic_names")}
+    base = {"group_type": "consumer", **_member_attrs(member)}
     owned = [(topic_names.get(tp["topic_id"], tp["topic_id"]), p)
              for tp in value.get("assigned_partitions") or () for p in tp["partitions"]]
     return {(group_id, epoch, rec.subkey, topic, partition): base for topic, partition in owned or [("", -1)]}
+
+
+def _key(r: dict[str, Any]) -> GenKey:
+    return (r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"])
 
 
 def generation_changes(
@@ -53,18 +66,30 @@ def generation_changes(
     cluster_id: str,
     updated_at: datetime,
     members: dict[tuple[str, str], dict[str, Any]] | None = None,
+    unfilled_rows: Iterable[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """Rows to upsert into ``group_generations`` after replaying ``events`` in log order.
 
     ``open_rows`` are the currently open rows (valid_to null) of the groups in ``events``;
-    ``members`` maps (group, member id) to the KIP-848 member metadata (client id, host...).
+    ``members`` maps (group, member id) to the KIP-848 member metadata (client id, host...)
+    *before* the events (it is updated by the type-5 events); ``unfilled_rows`` are stored
+    KIP-848 rows of those groups still without member metadata (client id null).
     """
-    members = members or {}
-    open_by_key: dict[GenKey, dict[str, Any]] = {
-        (r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"]): dict(r)
-        for r in open_rows
-    }
+    members = dict(members or {})
+    open_by_key: dict[GenKey, dict[str, Any]] = {_key(r): dict(r) for r in open_rows}
+    unfilled: dict[GenKey, dict[str, Any]] = {
+        _key(r): dict(r) for r in unfilled_rows
+        if r["group_type"] == "consumer" and r["client_id"] is None and _key(r) not in open_by_key}
     changed: dict[GenKey, dict[str, Any]] = {}
+
+    def fill(group_id: str, member_id: str, info: dict[str, Any]) -> None:
+        attrs = _member_attrs(info)
+        for rows in (open_by_key, changed, unfilled):
+            for key, row in list(rows.items()):
+                if key[0] == group_id and key[2] == member_id and row["group_type"] == "consumer" \
+                        and row["client_id"] is None:
+                    row.update(attrs, updated_at=updated_at)
+                    changed[key] = open_by_key.get(key, row)
 
     def close(keys: list[GenKey], rec: LatestRecord) -> None:
         for key in keys:
@@ -96,6 +121,12 @@ def generation_changes(
             new = {} if rec.is_tombstone else _member_rows(group_id, rec, topic_names, info)
             close([k for k in mine if k not in new], rec)
             open_(new, rec)
+        elif rec.record_type == 5:
+            if rec.is_tombstone or not rec.value:
+                members.pop((group_id, rec.subkey), None)
+            else:
+                members[(group_id, rec.subkey)] = rec.value
+                fill(group_id, rec.subkey, rec.value)
         elif rec.record_type == 3 and rec.is_tombstone:
             close([k for k in in_group if open_by_key[k]["group_type"] == "consumer"], rec)
     return list(changed.values())

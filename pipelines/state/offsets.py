@@ -42,7 +42,7 @@ def state_rows(offset_commits: pa.Table) -> pa.Table:
     """The few rows of a batch's offset commits that the state tables can depend on.
 
     The last record per offset key (the committed offset), the last non-tombstone commit
-    per group (the group's last activity) and one commit per topic id (id -> name). A task
+    per group (the group's last activity) and one commit per (cluster, topic id) (id -> name). A task
     hands only these to the driver; the state built from them equals the state built from
     every row, because each is a "last by log position" over a key these rows cover.
     Runs on every row of the hot path, so it ranks a narrow copy and never sorts data
@@ -58,7 +58,7 @@ def state_rows(offset_commits: pa.Table) -> pa.Table:
     rank = pa.array(np.arange(n, dtype=np.int64))
     commit_rank = pc.if_else(keys.column("is_tombstone"), pa.scalar(None, pa.int64()), rank)
     keys = keys.append_column("_rank", rank).append_column("_commit_rank", commit_rank)
-    by_topic_id = keys.group_by(["topic_id"], use_threads=False).aggregate([("_rank", "max")])
+    by_topic_id = keys.group_by(["cluster_id", "topic_id"], use_threads=False).aggregate([("_rank", "max")])
     winners = [
         keys.group_by(OFFSET_KEY, use_threads=False).aggregate([("_rank", "max")]).column("_rank_max"),
         keys.group_by(["cluster_id", "group_id"], use_threads=False)
