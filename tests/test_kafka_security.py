@@ -334,6 +334,26 @@ def test_tls_failures_are_named_and_fast(tmp_path: Path, server_cert: str, ca: s
         listener.close()
 
 
+def test_sasl_ssl_listener_happy_path(tmp_path: Path) -> None:
+    """SCRAM-SHA-512 over TLS (certificate for 127.0.0.1 from a CA given as ssl.cafile, the
+    hostname checked): snapshot and the ingest access check both work; over the same TLS
+    listener an untrusted CA is named, not retried."""
+    certs = _make_certs(tmp_path)
+    cluster = FakeKafkaCluster(num_brokers=2, max_lifetime_s=60).use_tls(certs["good"])
+    with cluster as kafka:
+        kafka.enable_sasl({"auditor": PASSWORD})
+        kafka.commit("g", "t", 0, 5)
+        options = {**sasl(), "security_protocol": "SASL_SSL", "ssl_cafile": str(certs["ca"]),
+                   "ssl_check_hostname": "true"}
+        snapshot = capture_snapshot(kafka.bootstrap_servers, **FAST, **options)
+        assert [(r.group_id, r.committed_offset) for r in snapshot.offsets] == [("g", 5)]
+        assert check_access({"bootstrap_servers": kafka.bootstrap_servers,
+                             **{f"kafka.{k}": v for k, v in options.items()}}) == [0, 1, 2, 3, 4]
+        with pytest.raises(KafkaAuthenticationError, match="certificate verification failed"):
+            capture_snapshot(kafka.bootstrap_servers, **FAST,
+                             **{**options, "ssl_cafile": str(certs["other_ca"])})
+
+
 # ----------------------------------------------------------------------------- authorization
 
 

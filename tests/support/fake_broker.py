@@ -51,6 +51,7 @@ import hashlib
 import hmac
 import logging
 import os
+import ssl
 import struct
 import threading
 import time
@@ -573,6 +574,7 @@ class FakeKafkaCluster:
         self.plain_users: dict[str, str] = {}
         self.sasl_mechanisms: tuple[str, ...] = ()
         self.acls: dict[str, Acl] | None = None
+        self.tls_context: ssl.SSLContext | None = None  # set before start(): SSL listeners
         self.add_topic(OFFSETS_TOPIC, offsets_topic_partitions)
 
     # ---------------------------------------------------------------- lifecycle
@@ -634,7 +636,8 @@ class FakeKafkaCluster:
 
     async def _start_broker(self, broker: _Broker) -> None:
         server = await asyncio.start_server(
-            lambda r, w: self._serve(broker, r, w), host=LOOPBACK, port=broker.port or 0)
+            lambda r, w: self._serve(broker, r, w), host=LOOPBACK, port=broker.port or 0,
+            ssl=self.tls_context)
         broker.server = server
         broker.port = server.sockets[0].getsockname()[1]
         broker.up = True
@@ -770,6 +773,14 @@ class FakeKafkaCluster:
                     salt = os.urandom(16)
                     creds[mechanism] = (salt, *_scram_keys(password, salt, mechanism))
                 self.sasl_users[user] = creds
+
+    def use_tls(self, certfile: str | Path) -> FakeKafkaCluster:
+        """Serve TLS (SSL / SASL_SSL listeners) with this PEM certificate + key; call before
+        :meth:`start`."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(str(certfile))
+        self.tls_context = context
+        return self
 
     def grant(self, principal: str, *, describe_topics: Iterable[str] = (),
               read_topics: Iterable[str] = (), describe_groups: Iterable[str] = ()) -> Acl:
