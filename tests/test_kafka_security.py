@@ -110,6 +110,10 @@ def test_valid_options_in_every_spelling() -> None:
     assert typed == {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
                      "sasl_plain_username": "auditor", "sasl_plain_password": PASSWORD,
                      "ssl_check_hostname": True, "request_timeout_ms": 5000}
+    from pipelines.reconcile.snapshot import _client_config
+
+    with pytest.raises(KafkaOptionError, match=r"unknown Kafka option 'expected\.offsets'"):
+        _client_config({"expected_offsets": "g"})  # the capture's lake input, not an option
 
 
 def test_secrets_from_a_properties_file_and_the_environment(tmp_path: Path) -> None:

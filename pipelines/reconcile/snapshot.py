@@ -151,8 +151,8 @@ def _typed_defaults() -> dict[str, Any]:
     from kafka.admin import KafkaAdminClient
 
     own = {name: p.default for name, p in inspect.signature(capture_snapshot).parameters.items()
-           if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    return {**KafkaAdminClient.DEFAULT_CONFIG, **own}
+           if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "expected_offsets"}
+    return {**KafkaAdminClient.DEFAULT_CONFIG, **own}  # expected_offsets: from the lake only
 
 
 def _client_config(options: dict[str, Any]) -> dict[str, Any]:
