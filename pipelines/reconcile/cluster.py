@@ -16,6 +16,7 @@ Public API: :func:`capture_snapshot`, :func:`snapshot_from_recorded`, :class:`Cl
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import json
@@ -255,6 +256,7 @@ class LagRow:
     committed_offset: int | None
     log_end_offset: int | None
     lag: int | None
+    committed_past_end: bool | None = None  # legal, never a negative lag (lag is then 0)
 
 
 @dataclass(frozen=True)
@@ -294,7 +296,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("last_stable_offset", pa.int64())]),
     "snapshot_lag": _table_schema([
         ("group_id", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
-        ("committed_offset", pa.int64()), ("log_end_offset", pa.int64()), ("lag", pa.int64())]),
+        ("committed_offset", pa.int64()), ("log_end_offset", pa.int64()), ("lag", pa.int64()),
+        ("committed_past_end", pa.bool_())]),
     "snapshot_points": _table_schema([
         ("offsets_partition", pa.int32()), ("high_watermark", pa.int64()),
         ("last_stable_offset", pa.int64())]),
@@ -317,6 +320,8 @@ class ClusterSnapshot:
     lag: list[LagRow] = field(default_factory=list)
     points: list[PointRow] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # topic id -> name from the cluster at capture time (Metadata v10+, ConsumerGroupDescribe)
+    topic_names: dict[str, str] = field(default_factory=dict)
     #: what the principal was refused: ``group:<id>``, ``topic:<name>`` (``topic:__consumer_offsets``
     #: = the offsets topic not visible: no snapshot point)
     not_authorized: list[str] = field(default_factory=list)
@@ -376,6 +381,20 @@ def _decode_assignment(blob: bytes | None, group_id: str, member_id: str
         return None
 
 
+def kafka_uuid(value: Any) -> str | None:
+    """A topic id as Kafka prints it (base64url, no padding: the decoded records' form);
+    None for an absent or zero id (a broker's "unknown")."""
+    if value is None:
+        return None
+    raw = value.bytes if isinstance(value, uuid.UUID) else value
+    if isinstance(raw, (bytes, bytearray)):
+        if not any(raw):
+            return None
+        return base64.urlsafe_b64encode(bytes(raw)).decode("ascii").rstrip("=")
+    text = str(value)
+    return None if not text or text == "AAAAAAAAAAAAAAAAAAAAAA" else text
+
+
 def _group_type(value: str | None) -> str:
     if not value:
         return "unknown"
@@ -391,8 +410,10 @@ def _lag_rows(offsets: Iterable[OffsetRow], ends: Iterable[LogEndOffsetRow]) -> 
             continue
         committed = r.committed_offset if r.error_code == NONE and (r.committed_offset or 0) >= 0 else None
         end = leo.get((r.topic, r.partition))
-        lag = end - committed if end is not None and committed is not None else None
-        rows.append(LagRow(r.group_id, r.topic, r.partition, committed, end, lag))
+        known = end is not None and committed is not None
+        past_end = committed > end if known else None  # type: ignore[operator]
+        lag = max(end - committed, 0) if known else None  # type: ignore[operator]
+        rows.append(LagRow(r.group_id, r.topic, r.partition, committed, end, lag, past_end))
     return rows
 
 
@@ -425,6 +446,7 @@ class _Raw:
     ends: list[LogEndOffsetRow] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     topic_errors: dict[str, int] = field(default_factory=dict)  # Metadata errors per topic
+    topic_names: dict[str, str] = field(default_factory=dict)  # topic id -> name (Metadata)
     # groups the lake knows but ListGroups did not list, asked one by one (OffsetFetch)
     unlisted: dict[str, tuple[int, Any]] = field(default_factory=dict)
     # partitions the lake knows that OffsetFetch(topics=null) left out, asked by name
@@ -503,6 +525,9 @@ class _Capture:
                 if t.error_code != NONE:  # e.g. a deleted topic that still has offsets
                     log.info("metadata for topic %s: %s", t.name, error_name(t.error_code))
                     continue
+                topic_id = kafka_uuid(getattr(t, "topic_id", None))
+                if topic_id:
+                    self.raw.topic_names[topic_id] = t.name
                 for p in t.partitions:
                     leaders[(t.name, p.partition_index)] = p.leader_id
             return leaders
@@ -872,6 +897,10 @@ def _assemble(raw: _Raw, *, source: str, require_stable: bool) -> ClusterSnapsho
                         gid, m.member_id, m.instance_id, m.client_id, m.client_host,
                         [{"topic": tp.topic_name, "partitions": sorted(tp.partitions)}
                          for tp in m.assignment.topic_partitions]))
+                    for tp in m.assignment.topic_partitions:
+                        topic_id = kafka_uuid(tp.topic_id)
+                        if topic_id and tp.topic_name:
+                            raw.topic_names.setdefault(topic_id, tp.topic_name)
         if error == NONE and gid in raw.coordinator_errors:
             error = raw.coordinator_errors[gid]
         groups.append(GroupRow(gid, gtype, state, protocol_type, protocol,
@@ -891,7 +920,8 @@ def _assemble(raw: _Raw, *, source: str, require_stable: bool) -> ClusterSnapsho
         snapshot_id=_new_snapshot_id(captured_at), captured_at=captured_at, source=source,
         require_stable=require_stable, groups=groups, members=members, offsets=offsets,
         log_end_offsets=raw.ends, lag=_lag_rows(offsets, raw.ends), points=raw.points,
-        errors=list(raw.errors), not_authorized=_refused(raw, groups, offsets))
+        errors=list(raw.errors), not_authorized=_refused(raw, groups, offsets),
+        topic_names=dict(raw.topic_names))
 
 
 def _completeness_rows(raw: _Raw) -> list[OffsetRow]:
@@ -1060,6 +1090,33 @@ def _hex_bytes(value: Any) -> bytes | None:
     return None
 
 
+def _recorded_cli_members(live: Path, types: dict[str, str]) -> list[MemberRow]:
+    """Share and streams group members from a recording's ``kafka-share-groups.sh`` /
+    ``kafka-streams-groups.sh --describe --members --verbose`` output (ShareGroupDescribe /
+    StreamsGroupDescribe: DescribeGroups answers these groups with error 69, so the tools'
+    answers are the only member view a recording has)."""
+    out: list[MemberRow] = []
+    share = live / "cli_share_describe_members_verbose.txt"
+    if share.exists():
+        for line in share.read_text(encoding="utf-8").splitlines():
+            f = line.split()
+            if len(f) < 6 or types.get(f[0]) != "share":
+                continue
+            assignment = []
+            for part in (f[6].split(";") if len(f) > 6 else ()):
+                topic, _, parts = part.rpartition(":")
+                if topic:
+                    assignment.append({"topic": topic, "partitions": sorted(int(x) for x in parts.split(",") if x)})
+            out.append(MemberRow(f[0], f[1], None, f[3], f[2], assignment))
+    streams = live / "cli_streams_describe_members_verbose.txt"
+    if streams.exists():
+        for line in streams.read_text(encoding="utf-8").splitlines():
+            f = line.split()
+            if len(f) >= 8 and types.get(f[0]) == "streams":
+                out.append(MemberRow(f[0], f[3], None, f[7], None, None))  # tasks, not partitions
+    return out
+
+
 def snapshot_from_recorded(live_dir: Path | str, *, require_stable: bool = False
                            ) -> ClusterSnapshot:
     """The same snapshot built from a recorded capture folder (e.g. golden ``live/``).
@@ -1134,6 +1191,8 @@ def snapshot_from_recorded(live_dir: Path | str, *, require_stable: bool = False
                     [{"topic": t, "partitions": sorted(ps)} for t, ps in sorted(by_topic.items())]))
         groups.append(GroupRow(gid, gtype, state, protocol_type, protocol, coordinator, error,
                                error_name(error)))
+
+    members.extend(_recorded_cli_members(live, {g.group_id: g.group_type for g in groups}))
 
     fetch_file = live / ("offset_fetch_require_stable.json" if require_stable
                          else "offset_fetch.json")

@@ -100,6 +100,7 @@ def store_snapshot(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_id: s
     """
     stored_at = stored_at or datetime.now(timezone.utc)
     _upgrade_runs_table(engine)
+    _upgrade_runs_table(engine, "snapshot_lag", _ADDED_LAG_COLUMNS)
     existing = _runs(engine, cluster_id, snapshot.snapshot_id)
     if existing and existing[0].require_stable != snapshot.require_stable:
         raise ValueError(
@@ -112,28 +113,54 @@ def store_snapshot(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_id: s
         written[name] = data.num_rows if engine.append(contract(name), data, app_id, 0) else 0
     runs = _runs_row(snapshot, cluster_id, stored_at)
     written[RUNS_TABLE] = 1 if engine.append(contract(RUNS_TABLE), runs, app_id, 0) else 0
+    written.update(_store_topic_names(engine, snapshot, cluster_id, stored_at))
     log.info("stored snapshot %s of cluster %s: %s", snapshot.snapshot_id, cluster_id,
              ", ".join(f"{k}={v}" for k, v in written.items()))
     return written
+
+
+def _store_topic_names(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_id: str,
+                       now: datetime) -> dict[str, int]:
+    """Topic id -> name as the cluster answered at capture time, into ``topic_names``, and
+    filled into ``group_generations`` / ``group_members`` rows that still hold a bare id
+    (KIP-848 assignments whose topic the log never names). Names come from Metadata and
+    ConsumerGroupDescribe ids; a recorded capture without ids names a topic only where the
+    broker's description of a lake member matches it unambiguously."""
+    from pipelines.state.topics import names_from_described_members, store_cluster_names
+
+    names = dict(snapshot.topic_names)
+    described = [(m.group_id, m.member_id, m.assignment) for m in snapshot.members]
+    for topic_id, name in names_from_described_members(engine, cluster_id, described).items():
+        names.setdefault(topic_id, name)
+    if not names:
+        return {}
+    return store_cluster_names(engine, {(cluster_id, i): n for i, n in names.items()},
+                               f"offsetlake-topics:{cluster_id}:{snapshot.snapshot_id}", now)
 
 
 #: snapshot_runs columns added after lakes existed (issue 14): nullable, added in place.
 _ADDED_RUNS_COLUMNS = (("partial", "BOOLEAN"), ("not_authorized", "ARRAY<STRING>"))
 
 
-def _upgrade_runs_table(engine: DeltaEngine) -> None:
+#: snapshot_lag's flag for commits past the log end (issue 12), added the same way.
+_ADDED_LAG_COLUMNS = (("committed_past_end", "BOOLEAN"),)
+
+
+def _upgrade_runs_table(engine: DeltaEngine, table: str = RUNS_TABLE,
+                        added: tuple[tuple[str, str], ...] = _ADDED_RUNS_COLUMNS) -> None:
     """Add the nullable ``partial`` / ``not_authorized`` columns to a ``snapshot_runs`` table
-    written before they existed (Delta appends refuse a wider schema); old rows read null."""
-    if not engine.exists(RUNS_TABLE):
+    (or ``added`` to ``table``) written before they existed (Delta appends refuse a wider
+    schema); old rows read null."""
+    if not engine.exists(table):
         return
-    missing = [(n, t) for n, t in _ADDED_RUNS_COLUMNS
-               if n not in engine.read(RUNS_TABLE, columns=None).schema.names]
+    missing = [(n, t) for n, t in added
+               if n not in engine.read(table, columns=None).schema.names]
     if not missing:
         return
     spark = getattr(engine, "spark", None)
     if spark is not None:  # delta-spark engine
         columns = ", ".join(f"{n} {t}" for n, t in missing)
-        spark.sql(f"ALTER TABLE delta.`{engine.spark_path(RUNS_TABLE)}` "  # type: ignore[attr-defined]
+        spark.sql(f"ALTER TABLE delta.`{engine.spark_path(table)}` "  # type: ignore[attr-defined]
                   f"ADD COLUMNS ({columns})")
     else:
         from deltalake import Field
@@ -141,9 +168,9 @@ def _upgrade_runs_table(engine: DeltaEngine) -> None:
 
         types = {"BOOLEAN": PrimitiveType("boolean"),
                  "ARRAY<STRING>": ArrayType(PrimitiveType("string"), contains_null=True)}
-        engine._table(RUNS_TABLE).alter.add_columns(  # type: ignore[attr-defined]
+        engine._table(table).alter.add_columns(  # type: ignore[attr-defined]
             [Field(n, types[t], nullable=True) for n, t in missing])
-    log.info("%s: added columns %s", RUNS_TABLE, ", ".join(n for n, _ in missing))
+    log.info("%s: added columns %s", table, ", ".join(n for n, _ in missing))
 
 
 def _typed_defaults() -> dict[str, Any]:
@@ -218,6 +245,8 @@ def snapshot_summary(snapshot: ClusterSnapshot, engine: DeltaEngine, cluster_id:
         "offset_errors": dict(Counter(r.error_name for r in snapshot.offsets if r.error_code)),
         "offsets_partitions": len(snapshot.points),
         "total_lag": sum(lags),
+        # commits past the log end are legal; they are counted here, never as negative lag
+        "committed_past_end": sum(1 for r in snapshot.lag if r.committed_past_end),
         "rows_written": written,
         "already_stored": not any(written.values()),
         "errors": list(snapshot.errors),
