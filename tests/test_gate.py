@@ -129,3 +129,40 @@ def test_snapshot_id_and_ties_in_capture_time(tmp_path: Path, capsys) -> None:
     assert cli_main(["reconcile", "--lake", str(tmp_path / "lake"), "--snapshot-id", "z-first",
                      "--no-gate"]) == 0
     assert json.loads(capsys.readouterr().out)["snapshot_id"] == "z-first"
+
+
+def _group_state(lake_group: dict, broker: GroupRow, lake_members: set[str] = frozenset(),
+                 broker_members: set[str] | None = None) -> dict:
+    lake = LakeState(log_end={0: 10})
+    lake.groups["g"] = {"group_id": "g", "offsets_partition": 0, "last_record_offset": 1,
+                        "num_members": len(lake_members), **lake_group}
+    lake.members["g"] = set(lake_members)
+    snap = SnapshotState(info=SnapshotInfo("s", "default", NOW, "t", False, 1))
+    snap.groups["g"] = {"group_type": broker.group_type, "group_state": broker.group_state,
+                        "protocol_type": broker.protocol_type, "error_code": 0, "error_name": None}
+    if broker_members is not None:
+        snap.members["g"] = set(broker_members)
+    snap.points[0] = (10, 10)
+    (row,) = [r for r in classify(lake, snap, 1) if r["level"] == "group"]
+    return row
+
+
+def test_offset_only_group_maps_simple_to_classic_with_empty_protocol_type() -> None:
+    simple = {"group_type": "simple", "group_state": "Empty", "protocol_type": ""}
+    row = _group_state(simple, GroupRow("g", "classic", "Empty", "", None, 1))
+    assert row["classification"] == "match" and "simple" in row["detail"]
+    row = _group_state(simple, GroupRow("g", "classic", "Empty", "consumer", None, 1))
+    assert (row["classification"], row["explained"]) == ("type_mismatch", False)
+    row = _group_state(simple, GroupRow("g", "consumer", "Empty", "consumer", None, 1))
+    assert row["classification"] == "type_mismatch"
+
+
+@pytest.mark.parametrize("group_type", ["share", "streams"])
+def test_share_and_streams_states_and_members_are_compared(group_type: str) -> None:
+    lake = {"group_type": group_type, "group_state": "Stable", "protocol_type": group_type}
+    same = _group_state(lake, GroupRow("g", group_type, "Stable", group_type, None, 1), {"m1"}, {"m1"})
+    assert (same["classification"], same["detail"]) == ("match", None)
+    state = _group_state(lake, GroupRow("g", group_type, "Empty", group_type, None, 1), {"m1"})
+    assert (state["classification"], state["explained"]) == ("state_mismatch", False)
+    members = _group_state(lake, GroupRow("g", group_type, "Stable", group_type, None, 1), {"m1"}, {"m2"})
+    assert (members["classification"], members["explained"]) == ("member_mismatch", False)

@@ -286,3 +286,15 @@ def test_share_and_streams_members_equal_their_describe(built: Built) -> None:
         if parts is not None:
             got = {(tp["topic"], p) for tp in row["assigned_partitions"] for p in tp["partitions"]}
             assert got == parts, key
+
+
+def test_gate_passes_with_every_group_type_compared(built: Built) -> None:
+    """The lake and the recorded answers agree, and the gate says so having compared share
+    and streams groups too (no 'not compared' escape)."""
+    from pipelines.reconcile.reconcile import run_reconcile
+
+    result = run_reconcile(built.lake, data_docs=False)
+    assert result.passed, result.summary["unexplained"] or result.summary["blocked_by"]
+    rows = [r for r in result.reconciliation.table.to_pylist() if r["level"] == "group"]
+    assert rows and all("not compared" not in (r["detail"] or "") for r in rows)
+    assert {r["classification"] for r in rows} == {"match"}
