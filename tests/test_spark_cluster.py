@@ -15,12 +15,9 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sysconfig
 import time
 import urllib.request
-import venv
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +26,8 @@ import pytest
 from deltalake import DeltaTable
 
 from tests.conftest import REPO
-from tests.support.servers import ObjectStore, moto_s3  # noqa: F401 (fixture)
-from tests.support.wheel import WheelInstall, clean_env, installed_wheel
+from tests.support.servers import ObjectStore, free_port, moto_s3  # noqa: F401 (fixture)
+from tests.support.wheel import WheelInstall, clean_env, installed_wheel, new_virtualenv
 from tests.test_ingest import live_offsets
 
 pytestmark = pytest.mark.slow
@@ -41,12 +38,6 @@ def spark_home() -> Path:
     from pyspark.find_spark_home import _find_spark_home
 
     return Path(_find_spark_home())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -134,11 +125,7 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
 def bare_python(tmp_path_factory) -> Path:
     """An interpreter with the dependencies (through a .pth line) and no offsetlake at all."""
     env_dir = tmp_path_factory.mktemp("bare") / "venv"
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
-    python = env_dir / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    (site / "offsetlake_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    python, _ = new_virtualenv(env_dir)
     probe = subprocess.run([str(python), "-c", "import pyspark, deltalake, pipelines"],
                            capture_output=True, text=True, cwd=env_dir, env=clean_env())
     assert "No module named 'pipelines'" in probe.stderr, probe  # only --py-files can bring it

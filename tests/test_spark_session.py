@@ -22,10 +22,22 @@ from pipelines.spark import (
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    """An environment whose Spark conf dir is empty (no spark-defaults.conf, no log4j2)."""
+    """An environment whose Spark conf dir is empty (no spark-defaults.conf, no log4j2);
+    the quiet-console settings are off here and tested on their own below."""
     conf_dir = tmp_path / "spark-conf"
     conf_dir.mkdir()
-    return {"SPARK_CONF_DIR": str(conf_dir)}
+    return {"SPARK_CONF_DIR": str(conf_dir), "OFFSETLAKE_SPARK_QUIET": "false"}
+
+
+def test_quiet_console_settings_yield_to_the_users(env: dict[str, str]) -> None:
+    env["OFFSETLAKE_SPARK_QUIET"] = "true"
+    quiet = session_settings({}, env=env)
+    assert quiet.conf["spark.ui.showConsoleProgress"] == "false"
+    assert "log4j2.configurationFile" in quiet.conf["spark.driver.extraJavaOptions"]
+    user = {"spark.ui.showConsoleProgress": "true", "spark.driver.extraJavaOptions": "-Dx=1"}
+    kept = session_settings(user, env=env)
+    assert "spark.ui.showConsoleProgress" not in kept.conf
+    assert "spark.driver.extraJavaOptions" not in kept.conf
 
 
 def test_local_master_gets_every_default(env: dict[str, str]) -> None:

@@ -41,22 +41,29 @@ def build_wheel(out_dir: Path) -> Path:
     return wheels[0]
 
 
+def new_virtualenv(env_dir: Path, wheel: Path | None = None) -> tuple[Path, Path]:
+    """``(python, site-packages)`` of a new virtualenv that sees this interpreter's
+    dependencies through a ``.pth`` line, with ``wheel`` installed (or no offsetlake at all)."""
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    if wheel is not None:
+        # pip of the test interpreter installs into the new environment; the .pth comes
+        # after, so pip sees no other offsetlake there.
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                        "--no-deps", "--no-index", "-q", str(wheel)],
+                       check=True, capture_output=True, text=True, timeout=300)
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "offsetlake_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python, site
+
+
 @cache
 def installed_wheel(root: Path) -> WheelInstall:
     """Build the wheel and install it into a new virtualenv under ``root`` (once per run)."""
     wheel = build_wheel(root / "dist")
-    env_dir = root / "venv"
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
-    python = env_dir / "bin" / "python"
-    # pip of the test interpreter installs into the new environment; the .pth comes after,
-    # so pip sees no other offsetlake there.
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                    "--no-index", "-q", str(wheel)],
-                   check=True, capture_output=True, text=True, timeout=300)
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    (site / "offsetlake_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return WheelInstall(wheel=wheel, python=python, bin_dir=env_dir / "bin", site_packages=site)
+    python, site = new_virtualenv(root / "venv", wheel)
+    return WheelInstall(wheel=wheel, python=python, bin_dir=python.parent, site_packages=site)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
