@@ -346,8 +346,8 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
                 log.debug("batch %d: decoded and written %.2fs, committed %.2fs", batch_id,
                           decoded - batch_started, time.perf_counter() - decoded)
                 if progress is not None:
-                    progress.update(report.records - progress.n)
                     progress.set_postfix(batches=report.batches, refresh=False)
+                    progress.update(report.records - progress.n)
             except BaseException as exc:  # surfaces through Spark as the batch's failure
                 outcome["error"] = exc
             finally:
@@ -380,9 +380,14 @@ def _progress_bar(wanted: bool):
     """A tqdm bar of records (batches and rate beside) on a terminal's stderr, else None."""
     if not wanted or not sys.stderr.isatty():
         return None
+    import shutil
+
     from tqdm import tqdm
 
-    return tqdm(desc="ingest", unit=" records", unit_scale=True, file=sys.stderr, leave=False)
+    # a pty without a size (ssh -T, script) reports 0 x 0, and tqdm then prints nothing
+    width, height = shutil.get_terminal_size((100, 20))
+    return tqdm(desc="ingest", unit=" records", unit_scale=True, file=sys.stderr, leave=False,
+                ncols=width if width >= 40 else 100, nrows=height if height >= 2 else 20)
 
 
 def empty_segments(path: str | Path, report: IngestReport) -> str | None:
