@@ -33,7 +33,7 @@ from pipelines.reconcile.cluster import (
 from pipelines.reconcile.snapshot import snapshot_summary, store_snapshot
 from tests.conftest import corpus_path
 
-BOOKKEEPING = {"ingested_at", "updated_at", "stored_at", "reconciled_at"}
+BOOKKEEPING = {"ingested_at", "updated_at", "stored_at", "reconciled_at", "run_at"}
 _STATES = {"STABLE": "Stable", "EMPTY": "Empty", "ASSIGNING": "Assigning",
            "RECONCILING": "Reconciling", "DEAD": "Dead"}
 
@@ -217,7 +217,11 @@ def test_snapshot_tables_equal_the_recorded_answers(built: Built) -> None:
 
 def test_every_timestamp_lies_within_the_datas_time_range(built: Built) -> None:
     """Data timestamps within the recorded records' range (an hour of slack: a group's state
-    timestamp may precede its first record); bookkeeping timestamps within this test run."""
+    timestamp may precede its first record); bookkeeping timestamps within this test run.
+    Reconciles first, so the reconciliation and quality tables are checked too."""
+    from pipelines.reconcile.reconcile import run_reconcile
+
+    run_reconcile(built.lake, data_docs=False)
     raw = DeltaTable(str(built.lake / "offsets_raw")).to_pyarrow_table(columns=["timestamp"])
     stamps = [t for t in raw.column("timestamp").to_pylist() if t is not None]
     low, high = min(stamps) - timedelta(hours=1), max(stamps) + timedelta(hours=1)
@@ -235,6 +239,7 @@ def test_every_timestamp_lies_within_the_datas_time_range(built: Built) -> None:
             assert not bad, f"{table_dir.name}.{field.name}: {bad[:3]} outside [{lo}, {hi}]"
             checked += bool(values)
     assert checked >= 10  # the check ran over real columns
+    assert (built.lake / "reconciliation" / "_delta_log").exists()
 
 
 def test_commits_past_the_log_end_are_not_negative_lag(tmp_path: Path) -> None:
