@@ -9,6 +9,7 @@ install's finder among them) are not processed, so ``pipelines`` imports only fr
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -32,10 +33,27 @@ class WheelInstall:
         return self.bin_dir / "offsetlake"
 
 
+# Not part of a build: the checkout's environments, build leftovers, lakes and caches.
+_NOT_SOURCE_TOP = {".venv", ".git", "build", "dist", ".pytest_cache", ".ruff_cache",
+                   ".hypothesis", "lake", "demo-data", "spark-warehouse", "metastore_db"}
+
+
+def _not_source(directory: str, names: list[str]) -> set[str]:
+    top = Path(directory) == REPO
+    return {n for n in names if n in ("__pycache__", "node_modules") or n.endswith(".egg-info")
+            or (top and n in _NOT_SOURCE_TOP)}
+
+
 def build_wheel(out_dir: Path) -> Path:
-    """``pip wheel --no-deps`` of the checkout, as a user or CI builds it."""
+    """``pip wheel --no-deps`` of the checkout's files, as a user or CI builds it.
+
+    Built from a copy: setuptools keeps ``build/lib`` in the source tree, whose stale files
+    would end up in the wheel, and concurrent builds would share it.
+    """
+    source = out_dir.parent / "source"
+    shutil.copytree(REPO, source, ignore=_not_source)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out_dir),
-                    str(REPO)], check=True, capture_output=True, text=True, timeout=300)
+                    str(source)], check=True, capture_output=True, text=True, timeout=300)
     wheels = sorted(out_dir.glob("offsetlake-*.whl"))
     assert len(wheels) == 1, wheels
     return wheels[0]
