@@ -42,15 +42,15 @@ def schema_dir(kind: str) -> Traversable:
     return root / kind
 
 
-def schema_files(directory: Traversable, pattern: str = ".json") -> list[Traversable]:
+def schema_files(directory: Traversable) -> list[Traversable]:
     """The ``*.json`` files of ``directory`` sorted by name; MissingSchemas when there are none."""
     if not directory.is_dir():
         raise MissingSchemas(f"{directory} is missing: offsetlake was built or installed without "
                              "its schemas (reinstall it; a build must include pipelines.schemas)")
-    files = sorted((f for f in directory.iterdir() if f.is_file() and f.name.endswith(pattern)),
+    files = sorted((f for f in directory.iterdir() if f.is_file() and f.name.endswith(".json")),
                    key=lambda f: f.name)
     if not files:
-        raise MissingSchemas(f"{directory} holds no *{pattern} files: offsetlake was built or "
+        raise MissingSchemas(f"{directory} holds no *.json files: offsetlake was built or "
                              "installed without its schemas (reinstall it)")
     return files
 
