@@ -145,11 +145,14 @@ def test_report_renders_in_headless_chromium(lakes) -> None:
     assert body, dom.stdout[:500]
     attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(1)))
     assert json.loads(attrs["data-js-errors"].replace("&quot;", '"')) == []
-    assert int(attrs["data-plots"]) == len(PLOTS)
+    # the fixed sections' plots, plus the per-group pages' (pipelines/report/group_page.py)
+    in_file = re.findall(r'<div id="(plot-[\w-]+)" class="plotly-graph-div', text)
+    assert set(PLOTS) <= set(in_file) and any(p.startswith("plot-group-") for p in in_file)
+    assert int(attrs["data-plots"]) == len(in_file)
     rendered = re.findall(r'<div id="(plot-[\w-]+)" class="plotly-graph-div js-plotly-plot"',
                           dom.stdout)
-    assert sorted(rendered) == sorted(PLOTS)
-    assert dom.stdout.count('class="main-svg"') >= len(PLOTS)
+    assert sorted(rendered) == sorted(in_file)
+    assert dom.stdout.count('class="main-svg"') >= len(in_file)
 
     png = ARTIFACTS / "report.png"
     png.unlink(missing_ok=True)

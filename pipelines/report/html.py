@@ -4,8 +4,9 @@ What it shows, for the whole lake or one group: a header with the lake summary; 
 offsets over time per partition (with the log end offsets the snapshots recorded, and lag
 where snapshots exist); the offset-commit rate; generations and rebalances on a timeline
 (with the partitions revoked without a commit, the KIP-70 risk); the current lag per group;
-the latest reconciliation (class counts and rows). Sections whose data is absent (no
-snapshot, no reconciliation yet) say so instead of plotting nothing.
+the latest reconciliation (class counts and rows); a page per group (lag over snapshots,
+commits attributed to members, anomalies: :mod:`pipelines.report.group_page`). Sections
+whose data is absent (no snapshot, no reconciliation yet) say so instead of plotting nothing.
 
 How: the lake is read through delta-rs into an in-memory DuckDB (no Spark, no JVM), partly
 with the analyst queries of :mod:`pipelines.queries` so the report and the documented SQL
@@ -618,6 +619,9 @@ table.compact td { white-space:nowrap; } table.compact td:last-child { white-spa
 details { margin:8px 0; } summary { cursor:pointer; color:var(--accent); }
 .two-col { display:grid; grid-template-columns:1fr 1fr; gap:16px; }
 code { background:#eef2f6; padding:1px 5px; border-radius:3px; font-size:12px; }
+.group-page { border-top:2px solid var(--line); margin-top:22px; padding-top:4px; }
+.group-page h3 { font-size:16px; } h4 { font-size:13px; margin:14px 0 4px; color:var(--muted); }
+.group-index a { color:var(--accent); text-decoration:none; } .group-index .bad { color:var(--bad); }
 footer { color:var(--muted); font-size:12px; text-align:center; padding:10px; }
 """
 
@@ -662,6 +666,8 @@ def write_report(lake: Path | str | LakeLocation, out: Path, group: str | None =
     """
     from deltalake import DeltaTable
 
+    from pipelines.report.group_page import group_pages  # it builds on this module's helpers
+
     lake, out = lake_location(lake), Path(out)
     if not DeltaTable.is_deltatable(lake.join("offsets_raw"), storage_options=lake.delta_options()):
         raise FileNotFoundError(f"{lake} holds no offsetlake lake (no offsets_raw table)")
@@ -682,6 +688,7 @@ def write_report(lake: Path | str | LakeLocation, out: Path, group: str | None =
                      "commit-rate"),
             _Section("Generations and rebalances", _generations(lake, group, info["last"]),
                      "generations"),
+            _Section("Groups", group_pages(con, lake, group), "groups"),
             _Section("Latest reconciliation", _reconciliation(con, group), "reconciliation"),
         ]
     finally:
