@@ -29,7 +29,13 @@ from deltalake import DeltaTable
 from pipelines.cli import main
 from pipelines.demo import DemoManifest, generate_cluster
 from pipelines.ingest import ingest_segments_local
-from pipelines.queries.state_as_of import bound_sql, state_as_of_duckdb, state_as_of_spark
+from pipelines.queries import run_duckdb
+from pipelines.queries.state_as_of import (
+    bound_sql,
+    state_as_of_duckdb,
+    state_as_of_frames,
+    state_as_of_spark,
+)
 from tests.conftest import corpus_path
 from tests.kafka_dump import parse_dump
 
@@ -156,6 +162,10 @@ def test_golden_earlier_times_equal_a_replay_of_kafkas_dump(golden) -> None:
     for at in sorted(times):
         want = coordinator_replay(parts, at)
         assert _answer(state_as_of_duckdb(lake, _ts(at))) == want, _ts(at)
+        # the analyst SQL (pipelines/queries/offsets_as_of.sql) answers the same
+        sql = run_duckdb(lake, "offsets_as_of", as_of=_ts(at)).to_pylist()
+        assert {(r["group_id"], r["topic"], r["partition"]): (
+            r["committed_offset"], r["leader_epoch"], r["metadata"]) for r in sql} == want, _ts(at)
         checked += bool(want)
     assert checked >= 10
 
@@ -313,3 +323,6 @@ def test_spark_gives_the_same_answer(spark, demo: Demo) -> None:
         assert sparks.offsets.to_pylist() == duck.offsets.to_pylist()
         assert sparks.groups.to_pylist() == duck.groups.to_pylist()
         assert bool(duck.offsets.num_rows) == (group != "x' OR '1'='1")
+        offsets, groups = state_as_of_frames(spark, demo.lake, at, group_id=group)
+        assert offsets.count() == duck.offsets.num_rows and groups.count() == duck.groups.num_rows
+        assert spark.sql("SELECT COUNT(*) AS n FROM offsets_at").first()["n"] == duck.offsets.num_rows

@@ -42,6 +42,16 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, Met
 from kafka.protocol.schemas import StructField
 
 from pipelines.kafka_options import KafkaSecurityError, normalize, probe
+from pipelines.reconcile.record_times import (
+    CAUGHT_UP,
+    RecordTime,
+    RecordTimes,
+    fetch_record_times,
+    ms_to_datetime,
+    newest_offset,
+    plan,
+    time_lag,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +85,7 @@ _API_CONSUMER_GROUP_DESCRIBE = 69
 _MAX_GROUPS_PER_REQUEST = 10_000
 
 _LATEST = -1
+_EARLIEST = -2
 _READ_UNCOMMITTED = 0
 _READ_COMMITTED = 1
 
@@ -246,6 +257,7 @@ class LogEndOffsetRow:
     partition: int
     log_end_offset: int | None
     last_stable_offset: int | None
+    log_start_offset: int | None = None  # ListOffsets EARLIEST (None: not asked / unknown)
 
 
 @dataclass(frozen=True)
@@ -257,6 +269,16 @@ class LagRow:
     log_end_offset: int | None
     lag: int | None
     committed_past_end: bool | None = None  # legal, never a negative lag (lag is then 0)
+    # time lag, read from the log itself (issue 11): the record at the committed offset and
+    # the newest record a read_committed consumer can see (last_stable_offset - 1)
+    committed_timestamp: datetime | None = None
+    newest_offset: int | None = None
+    newest_timestamp: datetime | None = None
+    time_lag_ms: int | None = None
+    time_lag_reason: str | None = None  # why time_lag_ms is null (None when it is known)
+    # estimate from the lake's commit history (filled when stored, see snapshot.py)
+    commit_rate: float | None = None  # offsets per second over the recent window
+    est_catch_up_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -293,11 +315,14 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("metadata", pa.string()), ("error_code", pa.int16()), ("error_name", pa.string())]),
     "snapshot_log_end_offsets": _table_schema([
         ("topic", pa.string()), ("partition", pa.int32()), ("log_end_offset", pa.int64()),
-        ("last_stable_offset", pa.int64())]),
+        ("last_stable_offset", pa.int64()), ("log_start_offset", pa.int64())]),
     "snapshot_lag": _table_schema([
         ("group_id", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
         ("committed_offset", pa.int64()), ("log_end_offset", pa.int64()), ("lag", pa.int64()),
-        ("committed_past_end", pa.bool_())]),
+        ("committed_past_end", pa.bool_()), ("committed_timestamp", _TS),
+        ("newest_offset", pa.int64()), ("newest_timestamp", _TS), ("time_lag_ms", pa.int64()),
+        ("time_lag_reason", pa.string()), ("commit_rate", pa.float64()),
+        ("est_catch_up_s", pa.float64())]),
     "snapshot_points": _table_schema([
         ("offsets_partition", pa.int32()), ("high_watermark", pa.int64()),
         ("last_stable_offset", pa.int64())]),
@@ -402,18 +427,42 @@ def _group_type(value: str | None) -> str:
     return value if value in GROUP_TYPES else "unknown"
 
 
-def _lag_rows(offsets: Iterable[OffsetRow], ends: Iterable[LogEndOffsetRow]) -> list[LagRow]:
-    leo = {(e.topic, e.partition): e.log_end_offset for e in ends}
+def _lag_rows(offsets: Iterable[OffsetRow], ends: Iterable[LogEndOffsetRow],
+              times: RecordTimes | None = None) -> list[LagRow]:
+    """Offset lag and time lag per (group, topic, partition). ``times`` None (a recorded
+    capture): the log was not read, so only a caught-up partition has a time lag (0)."""
+    marks = {(e.topic, e.partition): e for e in ends}
     rows = []
     for r in offsets:
         if r.topic is None or r.partition is None:
             continue
         committed = r.committed_offset if r.error_code == NONE and (r.committed_offset or 0) >= 0 else None
-        end = leo.get((r.topic, r.partition))
+        e = marks.get((r.topic, r.partition))
+        end = e.log_end_offset if e is not None else None
         known = end is not None and committed is not None
         past_end = committed > end if known else None  # type: ignore[operator]
         lag = max(end - committed, 0) if known else None  # type: ignore[operator]
-        rows.append(LagRow(r.group_id, r.topic, r.partition, committed, end, lag, past_end))
+        newest = times.newest.get((r.topic, r.partition)) if times is not None else None
+        at: RecordTime | None = None
+        step = plan(committed, end, e.last_stable_offset if e else None,
+                    e.log_start_offset if e else None)
+        if step == CAUGHT_UP:
+            time_lag_ms, reason = 0, None
+        elif step is not None:
+            time_lag_ms, reason = None, step
+        elif times is None:
+            time_lag_ms, reason = None, "not_captured"
+        else:
+            at = times.at.get((r.topic, r.partition, committed))  # type: ignore[arg-type]
+            time_lag_ms, reason = time_lag(at, newest)
+        rows.append(LagRow(
+            r.group_id, r.topic, r.partition, committed, end, lag, past_end,
+            committed_timestamp=(ms_to_datetime(at.timestamp_ms)
+                                 if at is not None and at.timestamp_ms is not None else None),
+            newest_offset=newest.offset if newest is not None else None,
+            newest_timestamp=(ms_to_datetime(newest.timestamp_ms) if newest is not None
+                              and newest.timestamp_ms is not None else None),
+            time_lag_ms=time_lag_ms, time_lag_reason=reason))
     return rows
 
 
@@ -451,6 +500,8 @@ class _Raw:
     unlisted: dict[str, tuple[int, Any]] = field(default_factory=dict)
     # partitions the lake knows that OffsetFetch(topics=null) left out, asked by name
     refetched: dict[str, tuple[int, Any]] = field(default_factory=dict)
+    starts: dict[tuple[str, int], int | None] = field(default_factory=dict)  # log start offsets
+    times: RecordTimes | None = None  # records at committed offsets and newest (time lag)
 
 
 class _Capture:
@@ -481,6 +532,20 @@ class _Capture:
     async def _send(self, node_id: int | None, request: Any) -> Any:
         return await self.manager.send(request, node_id=node_id,
                                        request_timeout_ms=self.request_timeout_ms)
+
+    async def _send_many(self, requests: Mapping[int, Any]) -> dict[int, Any]:
+        """One request to each of several nodes, all sent before any answer is awaited
+        (concurrent across brokers); answers or exceptions by node."""
+        futures = {node: self.manager.send(r, node_id=node,
+                                           request_timeout_ms=self.request_timeout_ms)
+                   for node, r in requests.items()}
+        out: dict[int, Any] = {}
+        for node, fut in futures.items():
+            try:
+                out[node] = await fut
+            except Exception as exc:
+                out[node] = exc
+        return out
 
     async def _send_all(self, node_id: int, requests: Sequence[Any]) -> list[Any]:
         """Pipeline requests to one node (a window below max in-flight); exceptions returned."""
@@ -533,10 +598,13 @@ class _Capture:
             return leaders
         raise ClusterUnreachable(f"metadata request failed {self.max_retries + 1} times: {last}")
 
-    async def _list_offsets(self, tps: Sequence[tuple[str, int]], isolation: int
+    async def _list_offsets(self, tps: Sequence[tuple[str, int]], isolation: int,
+                            timestamp: int = _LATEST
                             ) -> dict[tuple[str, int], tuple[int, int | None]]:
         """ListOffsets LATEST per partition -> (error, offset); HW with read_uncommitted,
-        LSO with read_committed. Leader moves are retried with fresh metadata."""
+        LSO with read_committed (``timestamp=_EARLIEST``: the log start offset). One request
+        per leader, sent to all leaders at once. Leader moves are retried with fresh
+        metadata."""
         result: dict[tuple[str, int], tuple[int, int | None]] = {}
         pending = sorted(set(tps))
         for attempt in range(self.max_retries + 1):
@@ -556,21 +624,24 @@ class _Capture:
                     retry.append(tp)
                 else:
                     by_leader[leader].append(tp)
+            requests = {}
             for leader, parts in by_leader.items():
                 topics: dict[str, list[int]] = defaultdict(list)
                 for t, p in parts:
                     topics[t].append(p)
                 T = ListOffsetsRequest.ListOffsetsTopic
-                request = ListOffsetsRequest(
+                requests[leader] = ListOffsetsRequest(
                     replica_id=-1, isolation_level=isolation,
                     topics=[T(name=t, partitions=[T.ListOffsetsPartition(
-                        partition_index=p, current_leader_epoch=-1, timestamp=_LATEST)
+                        partition_index=p, current_leader_epoch=-1, timestamp=timestamp)
                         for p in sorted(ps)]) for t, ps in sorted(topics.items())],
                     timeout_ms=self.request_timeout_ms,
                     min_version=2 if isolation == _READ_COMMITTED else 0)
-                try:
-                    response = await self._send(leader, request)
-                except Exception as exc:
+            answers = await self._send_many(requests)
+            for leader, parts in by_leader.items():
+                response = answers[leader]
+                if isinstance(response, BaseException):
+                    exc = response
                     code = _code_of(exc)
                     for tp in parts:
                         result[tp] = (code, None)
@@ -860,8 +931,44 @@ class _Capture:
                        for t in topics for p in t.partitions})
         if held:
             leo = await self._end_offsets(held)
-            raw.ends = [LogEndOffsetRow(t, p, *leo[(t, p)]) for t, p in held]
+            starts = await self._list_offsets(held, _READ_UNCOMMITTED, _EARLIEST)
+            raw.starts = {tp: starts.get(tp, (UNKNOWN_SERVER_ERROR, None))[1] for tp in held}
+            raw.ends = [LogEndOffsetRow(t, p, *leo[(t, p)], raw.starts[(t, p)])
+                        for t, p in held]
+            # 6. the records at the committed offsets and the newest ones: exact time lag
+            raw.times = await self._record_times(held)
         return raw
+
+    async def _record_times(self, held: Sequence[tuple[str, int]]) -> RecordTimes:
+        """Bounded Fetches (one per broker per round) for the records whose timestamps the
+        time lag needs (:mod:`pipelines.reconcile.record_times`)."""
+        raw = self.raw
+        marks = {(e.topic, e.partition): e for e in raw.ends}
+        wanted: dict[tuple[str, int], set[int]] = defaultdict(set)
+        newest: dict[tuple[str, int], int] = {}
+        for code, topics in [*raw.fetched.values(), *raw.unlisted.values(),
+                             *raw.refetched.values()]:
+            if code != NONE:
+                continue
+            for t in topics or []:
+                for p in t.partitions:
+                    tp = (t.name, p.partition_index)
+                    e = marks.get(tp)
+                    if e is None or p.error_code != NONE:
+                        continue
+                    if plan(p.committed_offset, e.log_end_offset, e.last_stable_offset,
+                            e.log_start_offset) is None:
+                        wanted[tp].add(p.committed_offset)
+        for tp, e in marks.items():  # newest record of every partition a group holds
+            n = newest_offset(e.log_end_offset, e.last_stable_offset, e.log_start_offset)
+            if n is not None:
+                newest[tp] = n
+        times = await fetch_record_times(
+            wanted, newest, raw.starts, leaders=self._leaders, send_many=self._send_many,
+            max_retries=self.max_retries, code_of=_code_of, leader_retry=_LEADER_RETRY)
+        log.debug("time lag: %d records read with %d Fetch requests",
+                  len(times.at) + len(times.newest), times.fetch_requests)
+        return times
 
 
 def _assemble(raw: _Raw, *, source: str, require_stable: bool) -> ClusterSnapshot:
@@ -919,7 +1026,7 @@ def _assemble(raw: _Raw, *, source: str, require_stable: bool) -> ClusterSnapsho
     return ClusterSnapshot(
         snapshot_id=_new_snapshot_id(captured_at), captured_at=captured_at, source=source,
         require_stable=require_stable, groups=groups, members=members, offsets=offsets,
-        log_end_offsets=raw.ends, lag=_lag_rows(offsets, raw.ends), points=raw.points,
+        log_end_offsets=raw.ends, lag=_lag_rows(offsets, raw.ends, raw.times), points=raw.points,
         errors=list(raw.errors), not_authorized=_refused(raw, groups, offsets),
         topic_names=dict(raw.topic_names))
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 import inspect
 import logging
 from collections import Counter
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,8 @@ def store_snapshot(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_id: s
     stored_at = stored_at or datetime.now(timezone.utc)
     _upgrade_runs_table(engine)
     _upgrade_runs_table(engine, "snapshot_lag", _ADDED_LAG_COLUMNS)
+    _upgrade_runs_table(engine, "snapshot_log_end_offsets", _ADDED_END_COLUMNS)
+    snapshot = with_catch_up_estimates(engine, snapshot, cluster_id)
     existing = _runs(engine, cluster_id, snapshot.snapshot_id)
     if existing and existing[0].require_stable != snapshot.require_stable:
         raise ValueError(
@@ -142,8 +145,68 @@ def _store_topic_names(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_i
 _ADDED_RUNS_COLUMNS = (("partial", "BOOLEAN"), ("not_authorized", "ARRAY<STRING>"))
 
 
-#: snapshot_lag's flag for commits past the log end (issue 12), added the same way.
-_ADDED_LAG_COLUMNS = (("committed_past_end", "BOOLEAN"),)
+#: snapshot_lag's flag for commits past the log end (issue 12), then the time lag and the
+#: catch-up estimate (issue 11), added the same way.
+_ADDED_LAG_COLUMNS = (("committed_past_end", "BOOLEAN"), ("committed_timestamp", "TIMESTAMP"),
+                      ("newest_offset", "BIGINT"), ("newest_timestamp", "TIMESTAMP"),
+                      ("time_lag_ms", "BIGINT"), ("time_lag_reason", "STRING"),
+                      ("commit_rate", "DOUBLE"), ("est_catch_up_s", "DOUBLE"))
+#: snapshot_log_end_offsets' log start offset (issue 11).
+_ADDED_END_COLUMNS = (("log_start_offset", "BIGINT"),)
+
+#: How far back the commit rate behind ``est_catch_up_s`` looks (from captured_at).
+CATCH_UP_WINDOW = timedelta(minutes=15)
+
+
+def commit_rates(engine: DeltaEngine, cluster_id: str, until: datetime,
+                 window: timedelta = CATCH_UP_WINDOW) -> dict[tuple[str, str, int], float]:
+    """Offsets per second each (group, topic, partition) committed over ``window`` up to
+    ``until``, from the lake's ``offset_commits``: (last - first committed offset) / (last -
+    first commit time). Absent with fewer than two commits at distinct times, or when the
+    offset went backwards in between (a rewind says nothing about the pace)."""
+    if not engine.exists("offset_commits"):
+        return {}
+    ts = pa.timestamp("us", tz="UTC")
+    where = ((string_field("cluster_id") == cluster_id)
+             & (pc.field("commit_timestamp") >= pa.scalar(until - window, ts))
+             & (pc.field("commit_timestamp") <= pa.scalar(until, ts)))
+    rows = engine.read("offset_commits", columns=[
+        "group_id", "topic", "partition", "committed_offset", "commit_timestamp",
+        "is_tombstone", "offsets_partition", "offset"], filter_expr=where).to_pylist()
+    spans: dict[tuple[str, str, int], list[tuple[datetime, int]]] = {}
+    for r in sorted(rows, key=lambda r: (r["commit_timestamp"], r["offsets_partition"],
+                                         r["offset"])):
+        if r["is_tombstone"] or r["committed_offset"] is None:
+            continue
+        key = (r["group_id"], r["topic"], int(r["partition"]))
+        spans.setdefault(key, []).append((r["commit_timestamp"], int(r["committed_offset"])))
+    rates: dict[tuple[str, str, int], float] = {}
+    for key, points in spans.items():
+        (t0, o0), (t1, o1) = points[0], points[-1]
+        seconds = (t1 - t0).total_seconds()
+        if seconds > 0 and all(b[1] >= a[1] for a, b in pairwise(points)):
+            rates[key] = (o1 - o0) / seconds
+    return rates
+
+
+def with_catch_up_estimates(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_id: str,
+                            window: timedelta = CATCH_UP_WINDOW) -> ClusterSnapshot:
+    """The snapshot with ``commit_rate`` / ``est_catch_up_s`` filled in its lag rows: an
+    ESTIMATE (lag / recent commit rate), documented as such in the contract."""
+    if not snapshot.lag:
+        return snapshot
+    rates = commit_rates(engine, cluster_id, snapshot.captured_at, window)
+    rows = []
+    for r in snapshot.lag:
+        rate = rates.get((r.group_id, r.topic, r.partition))
+        if r.lag == 0:
+            eta: float | None = 0.0
+        elif r.lag is not None and rate:
+            eta = r.lag / rate
+        else:
+            eta = None
+        rows.append(replace(r, commit_rate=rate, est_catch_up_s=eta))
+    return replace(snapshot, lag=rows)
 
 
 def _upgrade_runs_table(engine: DeltaEngine, table: str = RUNS_TABLE,
@@ -166,7 +229,9 @@ def _upgrade_runs_table(engine: DeltaEngine, table: str = RUNS_TABLE,
         from deltalake import Field
         from deltalake.schema import ArrayType, PrimitiveType
 
-        types = {"BOOLEAN": PrimitiveType("boolean"),
+        types = {"BOOLEAN": PrimitiveType("boolean"), "BIGINT": PrimitiveType("long"),
+                 "DOUBLE": PrimitiveType("double"), "STRING": PrimitiveType("string"),
+                 "TIMESTAMP": PrimitiveType("timestamp"),
                  "ARRAY<STRING>": ArrayType(PrimitiveType("string"), contains_null=True)}
         engine._table(table).alter.add_columns(  # type: ignore[attr-defined]
             [Field(n, types[t], nullable=True) for n, t in missing])
@@ -247,6 +312,11 @@ def snapshot_summary(snapshot: ClusterSnapshot, engine: DeltaEngine, cluster_id:
         "total_lag": sum(lags),
         # commits past the log end are legal; they are counted here, never as negative lag
         "committed_past_end": sum(1 for r in snapshot.lag if r.committed_past_end),
+        # exact time lag read from the log (null rows say why in snapshot_lag.time_lag_reason)
+        "max_time_lag_ms": max((r.time_lag_ms for r in snapshot.lag
+                                if r.time_lag_ms is not None), default=None),
+        "time_lag_unknown": dict(Counter(r.time_lag_reason for r in snapshot.lag
+                                         if r.time_lag_reason)),
         "rows_written": written,
         "already_stored": not any(written.values()),
         "errors": list(snapshot.errors),
@@ -312,5 +382,17 @@ def read_snapshot(engine: DeltaEngine, snapshot_id: str, cluster_id: str = "defa
     return out
 
 
-__all__ = ["RUNS_TABLE", "SNAPSHOT_TABLES", "SnapshotInfo", "find_snapshot", "latest_snapshot",
-           "read_snapshot", "store_snapshot", "string_field", "take_snapshot"]
+__all__ = [
+    "CATCH_UP_WINDOW",
+    "RUNS_TABLE",
+    "SNAPSHOT_TABLES",
+    "SnapshotInfo",
+    "commit_rates",
+    "find_snapshot",
+    "latest_snapshot",
+    "read_snapshot",
+    "store_snapshot",
+    "string_field",
+    "take_snapshot",
+    "with_catch_up_estimates",
+]

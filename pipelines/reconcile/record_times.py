@@ -1,0 +1,334 @@
+"""Exact time lag: the timestamps of the records at committed offsets, read from the log.
+
+Why: "how far behind in time is this group?" has only one exact answer: the timestamp of the
+record at the committed offset (the next record the group will read) against the newest
+record's. Lag exporters interpolate log end offsets over time instead, which is wrong after
+idle periods and bursts. This module decides, per (group, topic, partition), what must be read
+(:func:`plan`), reads it with bounded Fetches (:func:`fetch_record_times`: one Fetch request
+per broker per round carrying every partition that broker leads, small per-partition byte
+limits, read_committed, concurrent across brokers) and turns the answers into a time lag.
+
+Definitions (also in the snapshot_lag contract):
+
+* the *newest* record is the one at ``last_stable_offset - 1`` (= ``log_end_offset - 1``
+  unless a transaction is open): the newest a read_committed consumer can see. Whatever record
+  sits at an offset counts, transaction markers included.
+* ``time_lag_ms = newest timestamp - committed record's timestamp`` (not below 0: CreateTime
+  is set by producers and need not grow with the offset); 0 when the committed offset is the
+  log end (caught up); null with a reason otherwise (:data:`REASONS`).
+
+Pure decisions and decoding here know nothing of sockets; the one coroutine takes the I/O as
+callables, so :mod:`pipelines.reconcile.cluster` runs it on kafka-python's I/O thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import kafka.errors as Errors
+from kafka.protocol.consumer import FetchRequest
+from kafka.record.memory_records import MemoryRecords
+
+log = logging.getLogger(__name__)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_READ_COMMITTED = 1
+_OFFSET_OUT_OF_RANGE = 1
+
+#: Per-partition byte limit of the first Fetch: a few KB hold the batch with the record
+#: (batches are usually small); a partition answered empty because its batch is larger is
+#: asked again with 16x the limit, up to :data:`MAX_PARTITION_BYTES`.
+PARTITION_BYTES = 4096
+MAX_PARTITION_BYTES = 16 << 20
+#: What a Fetch response may hold in all (the broker caps it at its fetch.max.bytes too).
+MAX_RESPONSE_BYTES = 32 << 20
+
+CAUGHT_UP = "caught_up"
+#: Why time_lag_ms is null (values of snapshot_lag.time_lag_reason).
+REASONS = {
+    "no_committed_offset": "the broker answered no committed offset (error, -1, unstable)",
+    "no_log_end_offset": "the partition's log end offset is unknown",
+    "committed_past_end": "the committed offset lies past the log end: no record there",
+    "beyond_last_stable_offset": "the committed offset is at or past the last stable offset "
+                                 "(an open transaction): no record a read_committed consumer "
+                                 "could read yet",
+    "committed_before_log_start": "the committed record was deleted by retention (offset "
+                                  "below the log start offset)",
+    "committed_record_absent": "no record at exactly the committed offset (removed by "
+                               "compaction)",
+    "newest_record_absent": "no newest record could be read",
+    "no_timestamp": "the record carries no timestamp (message format v0, or -1)",
+    "fetch_incomplete": "the record's batch did not fit the largest fetch limit",
+    "not_captured": "recorded capture: the log was not read",
+}
+
+
+def ms_to_datetime(ms: int) -> datetime:
+    """Epoch milliseconds -> UTC datetime, exactly (no float rounding)."""
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
+def plan(committed: int | None, end: int | None, stable: int | None,
+         start: int | None) -> str | None:
+    """What a (committed offset, partition watermarks) pair needs: ``None`` = read the record
+    at the committed offset; :data:`CAUGHT_UP` = time lag 0; otherwise the reason why the time
+    lag cannot be determined."""
+    if committed is None or committed < 0:
+        return "no_committed_offset"
+    if end is None:
+        return "no_log_end_offset"
+    if committed > end:
+        return "committed_past_end"
+    if committed == end:
+        return CAUGHT_UP
+    if committed >= (stable if stable is not None else end):
+        return "beyond_last_stable_offset"
+    if start is not None and committed < start:
+        return "committed_before_log_start"
+    return None
+
+
+def newest_offset(end: int | None, stable: int | None, start: int | None) -> int | None:
+    """Offset of the newest record a read_committed consumer can see, None if there is none."""
+    if end is None:
+        return None
+    upper = min(end, stable) if stable is not None else end
+    if upper <= (start or 0):
+        return None
+    return upper - 1
+
+
+@dataclass(frozen=True)
+class RecordTime:
+    """The record found at (or, for the newest, at or below) an offset, or why not."""
+
+    offset: int | None
+    timestamp_ms: int | None
+    reason: str | None = None
+
+
+def time_lag(committed: RecordTime | None, newest: RecordTime | None) -> tuple[int | None, str | None]:
+    """(time_lag_ms, reason) from the two records; reason None when the lag is known."""
+    if committed is None or committed.timestamp_ms is None:
+        return None, (committed.reason if committed is not None else "not_captured")
+    if newest is None or newest.timestamp_ms is None:
+        reason = (newest.reason if newest is not None else None) or "newest_record_absent"
+        if reason not in ("no_timestamp", "not_captured") and not reason.startswith("fetch_"):
+            reason = "newest_record_absent"  # e.g. its record compacted away
+        return None, reason
+    return max(newest.timestamp_ms - committed.timestamp_ms, 0), None
+
+
+def decode_records(data: bytes | memoryview | None) -> tuple[list[tuple[int, int]], int]:
+    """Every (offset, timestamp ms) in a Fetch answer's record bytes, and the last offset the
+    returned batches cover (-1 when none). A partial trailing batch (cut by the byte limit) is
+    ignored, as consumers do."""
+    records: list[tuple[int, int]] = []
+    covered = -1
+    if not data:
+        return records, covered
+    batches = MemoryRecords(bytes(data))
+    while batches.has_next():
+        batch = batches.next_batch()
+        if batch is None:
+            break
+        last_delta = getattr(batch, "last_offset_delta", None)
+        if last_delta is not None:
+            covered = max(covered, batch.base_offset + last_delta)
+        for record in batch:
+            ts = record.timestamp if record.timestamp is not None else -1
+            records.append((record.offset, ts))
+            covered = max(covered, record.offset)
+    return records, covered
+
+
+@dataclass
+class RecordTimes:
+    """What the Fetches found: per (topic, partition, offset) the committed record, per
+    partition the newest one, and how many Fetch requests it took."""
+
+    at: dict[tuple[str, int, int], RecordTime] = field(default_factory=dict)
+    newest: dict[tuple[str, int], RecordTime] = field(default_factory=dict)
+    fetch_requests: int = 0
+
+
+SendMany = Callable[[Mapping[int, Any]], Awaitable[dict[int, Any]]]
+Leaders = Callable[[Sequence[str]], Awaitable[dict[tuple[str, int], int]]]
+
+
+def _error_reason(code: int) -> str:
+    from pipelines.reconcile.cluster import error_name
+
+    return f"fetch_error:{error_name(code)}"
+
+
+async def fetch_record_times(wanted: Mapping[tuple[str, int], set[int]],
+                             newest: Mapping[tuple[str, int], int],
+                             starts: Mapping[tuple[str, int], int | None],
+                             *, leaders: Leaders, send_many: SendMany, max_retries: int,
+                             code_of: Callable[[BaseException], int],
+                             leader_retry: frozenset[int]) -> RecordTimes:
+    """Read the timestamps of the records at ``wanted`` offsets and at each partition's
+    ``newest`` offset.
+
+    Rounds: each round asks every pending partition for one offset (the smallest pending),
+    one Fetch per leader broker carrying all of its partitions, sent to all brokers at once
+    (``send_many``: node -> request, answers or exceptions by node). Every record a batch
+    returns is checked against all offsets wanted for its partition, so a committed record
+    and the newest one sharing a batch cost one read. The number of requests is at most
+    brokers x (distinct offsets wanted per partition + retries), independent of the number
+    of partitions. Leader moves refresh the leaders (``leaders``) and retry, up to
+    ``max_retries`` times per partition.
+    """
+    out = RecordTimes()
+    pending: dict[tuple[str, int], list[int]] = {}
+    for tp in set(wanted) | set(newest):
+        offsets = set(wanted.get(tp, ()))
+        if tp in newest:
+            offsets.add(newest[tp])
+        pending[tp] = sorted(offsets)
+    limits: dict[tuple[str, int], int] = defaultdict(lambda: PARTITION_BYTES)
+    retries: dict[tuple[str, int], int] = defaultdict(int)
+    lead: dict[tuple[str, int], int] = {}
+    stale = True
+
+    def resolve(tp: tuple[str, int], offset: int, found: RecordTime) -> None:
+        if offset in wanted.get(tp, ()):
+            out.at[(tp[0], tp[1], offset)] = found
+        if newest.get(tp) == offset:
+            out.newest[tp] = found
+        if offset in pending.get(tp, ()):
+            pending[tp].remove(offset)
+
+    def fail_all(tp: tuple[str, int], reason: str) -> None:
+        for offset in list(pending.get(tp, ())):
+            resolve(tp, offset, RecordTime(None, None, reason))
+
+    guard = 0
+    while any(pending.values()):
+        guard += 1
+        if guard > 10_000:  # cannot happen: every round resolves, escalates or retries
+            for tp in pending:
+                fail_all(tp, "fetch_incomplete")
+            break
+        if stale:
+            lead = await leaders(sorted({t for t, _ in pending}))
+            stale = False
+        by_node: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+        for tp, offsets in sorted(pending.items()):
+            if not offsets:
+                continue
+            node = lead.get(tp)
+            if node is None or node < 0:
+                retries[tp] += 1
+                if node is None or retries[tp] > max_retries:
+                    fail_all(tp, _error_reason(Errors.UnknownTopicOrPartitionError.errno
+                                               if node is None
+                                               else Errors.LeaderNotAvailableError.errno))
+                else:
+                    stale = True
+                continue
+            by_node[node].append((tp[0], tp[1], offsets[0]))
+        if not by_node:
+            continue
+        requests = {node: _fetch_request(parts, limits) for node, parts in by_node.items()}
+        out.fetch_requests += len(requests)
+        answers = await send_many(requests)
+        for node, parts in by_node.items():
+            answer = answers.get(node)
+            asked = {(t, p): o for t, p, o in parts}
+            if isinstance(answer, BaseException) or answer is None:
+                code = code_of(answer) if isinstance(answer, BaseException) else -1
+                for tp in asked:
+                    if code in leader_retry and retries[tp] < max_retries:
+                        retries[tp] += 1
+                        stale = True
+                    else:
+                        resolve(tp, asked[tp], RecordTime(None, None, _error_reason(code)))
+                continue
+            for topic in answer.responses:
+                for pd in topic.partitions:
+                    tp = (topic.topic, pd.partition_index)
+                    if tp not in asked:
+                        continue
+                    stale |= _handle(tp, asked.pop(tp), pd, pending, starts, limits, retries,
+                                     max_retries, leader_retry, resolve, fail_all)
+            for tp, offset in asked.items():  # the broker left a partition out: ask again
+                retries[tp] += 1
+                if retries[tp] > max_retries:
+                    resolve(tp, offset, RecordTime(None, None, "fetch_incomplete"))
+    return out
+
+
+def _fetch_request(parts: Sequence[tuple[str, int, int]],
+                   limits: Mapping[tuple[str, int], int]) -> Any:
+    T = FetchRequest.FetchTopic
+    P = T.FetchPartition
+    topics: dict[str, list[Any]] = defaultdict(list)
+    for t, p, offset in parts:
+        topics[t].append(P(partition=p, current_leader_epoch=-1, fetch_offset=offset,
+                           last_fetched_epoch=-1, log_start_offset=-1,
+                           partition_max_bytes=limits[(t, p)]))
+    total = min(sum(limits[(t, p)] for t, p, _ in parts), MAX_RESPONSE_BYTES)
+    return FetchRequest(
+        replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=total,
+        isolation_level=_READ_COMMITTED, session_id=0, session_epoch=-1,
+        topics=[T(topic=t, partitions=ps) for t, ps in sorted(topics.items())],
+        forgotten_topics_data=[], rack_id="", min_version=4, max_version=12)
+
+
+def _handle(tp: tuple[str, int], offset: int, pd: Any,
+            pending: dict[tuple[str, int], list[int]],
+            starts: Mapping[tuple[str, int], int | None], limits: dict[tuple[str, int], int],
+            retries: dict[tuple[str, int], int], max_retries: int, leader_retry: frozenset[int],
+            resolve: Callable[[tuple[str, int], int, RecordTime], None],
+            fail_all: Callable[[tuple[str, int], str], None]) -> bool:
+    """One partition's Fetch answer; returns True when the leaders must be looked up again."""
+    code = pd.error_code
+    if code == _OFFSET_OUT_OF_RANGE:
+        start = starts.get(tp)
+        below = (start is not None and offset < start) or (
+            pd.log_start_offset is not None and offset < pd.log_start_offset)
+        resolve(tp, offset, RecordTime(None, None, "committed_before_log_start" if below
+                                       else _error_reason(code)))
+        return False
+    if code in leader_retry:
+        retries[tp] += 1
+        if retries[tp] > max_retries:
+            fail_all(tp, _error_reason(code))
+        return True
+    if code != 0:
+        fail_all(tp, _error_reason(code))
+        return False
+    records, covered = decode_records(pd.records)
+    mine = set(pending.get(tp, ()))
+    for rec_offset, ts in records:  # skip to the exact offsets inside the returned batches
+        if rec_offset in mine:
+            resolve(tp, rec_offset, RecordTime(rec_offset, ts if ts >= 0 else None,
+                                               None if ts >= 0 else "no_timestamp"))
+    if offset not in pending.get(tp, ()):
+        return False
+    if covered >= offset:  # the batch holding the offset came back without that record
+        resolve(tp, offset, RecordTime(None, None, "committed_record_absent"))
+        return False
+    if not records:
+        stable = pd.last_stable_offset
+        if stable is not None and stable >= 0 and offset >= stable:
+            resolve(tp, offset, RecordTime(None, None, "beyond_last_stable_offset"))
+        elif limits[tp] >= MAX_PARTITION_BYTES:
+            resolve(tp, offset, RecordTime(None, None, "fetch_incomplete"))
+        else:  # the batch is larger than the limit (or the response was full): ask bigger
+            limits[tp] = min(limits[tp] * 16, MAX_PARTITION_BYTES)
+        return False
+    resolve(tp, offset, RecordTime(None, None, "committed_record_absent"))
+    return False
+
+
+__all__ = ["CAUGHT_UP", "MAX_PARTITION_BYTES", "PARTITION_BYTES", "REASONS", "RecordTime",
+           "RecordTimes", "decode_records", "fetch_record_times", "ms_to_datetime",
+           "newest_offset", "plan", "time_lag"]
