@@ -149,6 +149,43 @@ def test_golden_as_of_capture_time_equals_live_offset_fetch(golden) -> None:
     assert _answer(state_as_of_duckdb(lake, _ts(captured_ms))) == live
 
 
+def test_golden_groups_at_capture_time_equal_list_groups(golden) -> None:
+    """Type, state and protocol type of every group the broker listed (ListGroups v5; an
+    offset-only "simple" group is classic with protocol type '' there), and no other group."""
+    scenario, lake = golden
+    captured_ms = json.loads((scenario / "capture_log.json").read_text())["started_ms"]
+    listed = {g["group_id"]: g for g in json.loads(
+        (scenario / "live" / "list_groups.json").read_text())["groups"]}
+    got = {r["group_id"]: r for r in state_as_of_duckdb(lake, _ts(captured_ms)).groups.to_pylist()}
+    assert set(got) == set(listed)
+    for gid, g in listed.items():
+        row = got[gid]
+        kind = "classic" if row["group_type"] == "simple" else row["group_type"]
+        assert (kind, row["group_state"], row["protocol_type"]) == (
+            g["group_type"].lower(), g["group_state"], g["protocol_type"]), gid
+
+
+def test_golden_at_capture_time_equals_the_current_state_tables(golden) -> None:
+    """Every column, generation/epoch included, equals the incrementally maintained
+    consumer_groups and committed_offsets (whose columns the golden facts tests compare
+    with the broker's answers)."""
+    scenario, lake = golden
+    captured_ms = json.loads((scenario / "capture_log.json").read_text())["started_ms"]
+    state = state_as_of_duckdb(lake, _ts(captured_ms))
+    groups = DeltaTable(str(lake / "consumer_groups")).to_pyarrow_table().to_pylist()
+    cols = state.groups.column_names
+    key = lambda r: (r["cluster_id"], r["group_id"])  # noqa: E731
+    assert sorted(({c: r[c] for c in cols} for r in groups), key=key) == \
+        sorted(state.groups.to_pylist(), key=key)
+    offsets = DeltaTable(str(lake / "committed_offsets")).to_pyarrow_table().to_pylist()
+    okey = lambda r: (r["group_id"], r["topic"], r["partition"])  # noqa: E731
+    same = ["committed_offset", "leader_epoch", "metadata", "commit_timestamp", "topic_id",
+            "offsets_partition", "offset"]
+    assert sorted(({c: r[c] for c in [*same, "group_id", "topic", "partition"]} for r in offsets),
+                  key=okey) == sorted(({c: r[c] for c in [*same, "group_id", "topic", "partition"]}
+                                       for r in state.offsets.to_pylist()), key=okey)
+
+
 def test_golden_earlier_times_equal_a_replay_of_kafkas_dump(golden) -> None:
     scenario, lake = golden
     parts = _dump_records(scenario)
