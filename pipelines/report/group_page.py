@@ -198,7 +198,11 @@ def _attributed_commits(group_id: str, slug: str, rows: list[dict[str, Any]],
         return _not_available("commit_attribution", "Commits attributed to members")
     if not rows:
         return _note("No attributed commits for this group.")
+    for r in rows:  # the record's time; the broker's commit time where a row has none
+        r["record_timestamp"] = r["record_timestamp"] or r.get("commit_timestamp")
     times = [r["record_timestamp"] for r in rows if r["record_timestamp"] is not None]
+    if not times:
+        return _note(f"{len(rows):,} attributed commits, none with a timestamp to plot.")
     first, last = min(times), max(times)
     span_ms = max(1, int((last - first).total_seconds() * 1000))
     bucket_ms = max(1, -(-span_ms // COMMIT_BUCKETS))
