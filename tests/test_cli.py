@@ -43,7 +43,8 @@ def test_decode_stats_histogram(scenario_a: Path, capsys) -> None:
 
 
 def test_every_command_has_help() -> None:
-    for command in ("decode", "ingest", "demo", "snapshot", "reconcile", "maintain", "report"):
+    for command in ("decode", "ingest", "demo", "snapshot", "reconcile", "maintain", "report",
+                    "state"):
         done = run_cli(command, "--help")
         assert done.returncode == 0 and "usage: offsetlake" in done.stdout, command
 
