@@ -151,7 +151,8 @@ def test_every_query_declares_its_parameters_and_tables() -> None:
         q = load(name)
         assert q.title and q.tables, name
         assert all(t in ("offsets_raw", "offset_commits", "group_metadata", "group_generations",
-                         "committed_offsets", "consumer_groups", "snapshot_log_end_offsets")
+                         "committed_offsets", "consumer_groups", "snapshot_log_end_offsets",
+                         "snapshot_lag")
                    for t in q.tables), (name, q.tables)
 
 

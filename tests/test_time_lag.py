@@ -273,3 +273,129 @@ def test_catch_up_estimate_from_the_commit_history(tmp_path: Path) -> None:
            for r in with_catch_up_estimates(engine, snap, "c").lag}
     assert est == {0: (1.0, 300.0), 1: (None, None), 2: (None, 0.0)}
 
+
+# --------------------------------------------------------------- the demo lake, end to end
+
+CLUSTER = "demo"
+STEP_MS = 3  # the record at offset o carries timestamp T0 + 3 * o
+
+
+def _single_record_batch(offset: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    builder.append(offset, T0 + STEP_MS * offset, b"k", b"v", [])
+    return bytes(builder.build())
+
+
+@pytest.fixture(scope="module")
+def demo_lag(tmp_path_factory: pytest.TempPathFactory):
+    """The demo generator's lake, and a live snapshot of a fake cluster holding the demo's
+    final committed offsets, whose logs keep (as compaction would) just the records at those
+    offsets and a newest record 4 past the highest: expected lags follow from the manifest."""
+    from collections import defaultdict
+
+    from pipelines.demo import generate_cluster
+    from pipelines.ingest import ingest_segments_local
+    from pipelines.lake.engines import DeltaRsEngine
+    from pipelines.reconcile.snapshot import store_snapshot
+
+    root = tmp_path_factory.mktemp("time-lag-demo")
+    manifest = generate_cluster(root / "data", scale=1)
+    ingest_segments_local(root / "data", root / "lake", cluster_id=CLUSTER)
+    by_tp: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for (_, t, p), c in manifest.committed.items():
+        by_tp[(t, p)].append(c.offset)
+    newest = {tp: max(offsets) + 4 for tp, offsets in by_tp.items()}
+    with FakeKafkaCluster(num_brokers=3) as fk:
+        for topic in sorted({t for t, _ in by_tp}):
+            count = max(p for t, p in by_tp if t == topic) + 1
+            fk.add_topic(topic, count)
+        for (t, p), offsets in sorted(by_tp.items()):
+            log = b"".join(_single_record_batch(o) for o in sorted({*offsets, newest[(t, p)]}))
+            fk.set_log(t, p, log, log_start_offset=min(offsets))
+        for (g, t, p), c in manifest.committed.items():
+            fk.commit(g, t, p, c.offset)
+        fk.reset_counters()
+        snap = capture_snapshot(fk.bootstrap_servers, **FAST)
+        fetches, brokers = fk.count("Fetch"), len(fk.broker_ids)
+    store_snapshot(DeltaRsEngine(root / "lake"), snap, CLUSTER)
+    want = {}
+    for (g, t, p), c in manifest.committed.items():
+        end = newest[(t, p)] + 1
+        want[(g, t, p)] = (end - c.offset, STEP_MS * (newest[(t, p)] - c.offset)
+                           if c.offset < end else 0)
+    yield root / "lake", manifest, want, snap, (fetches, brokers)
+
+
+def test_demo_snapshot_time_lag_and_bounded_fetches(demo_lag) -> None:
+    _, manifest, want, snap, (fetches, brokers) = demo_lag
+    distinct = max(len({c.offset for (_, t, p), c in manifest.committed.items() if (t, p) == tp})
+                   for tp in {(t, p) for _, t, p in manifest.committed})
+    assert fetches <= brokers * (distinct + 1)  # + the newest record; never per partition
+    got = {(r.group_id, r.topic, r.partition): (r.lag, r.time_lag_ms) for r in snap.lag}
+    assert got == want
+
+
+def test_lag_queries_show_time_lag_beside_offset_lag(demo_lag) -> None:
+    from pipelines.queries import run_duckdb
+
+    lake, manifest, want, snap, _ = demo_lag
+    rows = run_duckdb(lake, "lag_by_partition", cluster_id=CLUSTER).to_pylist()
+    assert {r["snapshot_id"] for r in rows} == {snap.snapshot_id}
+    got = {(r["group_id"], r["topic"], r["partition"]): (r["lag"], r["time_lag_ms"])
+           for r in rows}
+    assert got == want
+    for r in rows:
+        key = (r["group_id"], r["topic"], r["partition"])
+        committed = manifest.committed[key].offset
+        assert r["committed_timestamp"] == _utc(T0 + STEP_MS * committed)
+        assert r["time_lag_reason"] is None
+        assert r["est_catch_up_s"] == (0.0 if r["lag"] == 0 else None)  # no recent commits
+    groups = {r["group_id"]: r for r in run_duckdb(lake, "lag_by_group",
+                                                   cluster_id=CLUSTER).to_pylist()}
+    for g, r in groups.items():
+        mine = [v for k, v in want.items() if k[0] == g]
+        assert r["total_lag"] == sum(lag for lag, _ in mine)
+        assert r["max_time_lag_ms"] == max(ms for _, ms in mine)
+        assert r["partitions_with_time_lag"] == len(mine)
+
+
+def test_lag_by_partition_says_why_a_time_lag_is_missing(demo_lag) -> None:
+    """An older snapshot chosen by id has no time lag (recorded without reading the log)."""
+    from pipelines.queries import run_duckdb
+
+    lake, *_ = demo_lag
+    rows = run_duckdb(lake, "lag_by_partition", cluster_id=CLUSTER,
+                      snapshot_id="no-such-snapshot").to_pylist()
+    assert rows and all(r["time_lag_ms"] is None for r in rows)
+    assert {r["time_lag_reason"] for r in rows} == {"no_snapshot"}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", ["lag_by_partition", "lag_by_group"])
+def test_lag_queries_same_time_lag_in_spark(spark, demo_lag, name: str) -> None:
+    from pipelines.queries import run_duckdb, run_spark
+
+    lake, *_ = demo_lag
+
+    def norm(table: pa.Table) -> list[dict]:
+        return [{k: v.astimezone(UTC) if isinstance(v, dt.datetime) else v
+                 for k, v in row.items()} for row in table.to_pylist()]
+
+    duck = norm(run_duckdb(lake, name, cluster_id=CLUSTER))
+    assert any(r.get("time_lag_ms") or r.get("max_time_lag_ms") for r in duck)
+    assert norm(run_spark(spark, lake, name, cluster_id=CLUSTER).toArrow()) == duck
+
+
+def test_report_lag_section_shows_time_lag(demo_lag, tmp_path: Path) -> None:
+    from pipelines.report.html import write_report
+
+    lake, _, want, _, _ = demo_lag
+    out = tmp_path / "report.html"
+    write_report(lake, out)
+    text = out.read_text(encoding="utf-8")
+    assert "Time lag (newest record - next record to read)" in text
+    assert "catch-up (estimate)" in text
+    worst = max(ms for _, ms in want.values())
+    assert f"({worst:,} ms)" in text  # the exact figure, beside the offset lag

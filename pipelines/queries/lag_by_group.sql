@@ -6,14 +6,23 @@
 -- whose end offset the snapshot does not have counts in `partitions` but not in
 -- `partitions_with_lag`, and adds nothing to total_lag; without any snapshot total_lag is null.
 --
+-- Time lag beside it: max_time_lag_ms is the group's exact time lag, the largest of its
+-- partitions' (see lag_by_partition: read from the log by the snapshot, counted only where
+-- the snapshot saw the lake's committed offset); partitions_with_time_lag says over how many.
+-- commit_rate sums the partitions' recent commit rates (offsets per second, rounded to 6
+-- decimals so that both engines' summation orders agree); est_catch_up_s
+-- is an ESTIMATE: the slowest partition's lag / its commit rate (partitions are consumed in
+-- parallel), null when a lagging partition has no commit rate.
+--
 -- Parameters:
 --   :group_id     string  null  only this group
 --   :cluster_id   string  null  only this cluster
 --   :snapshot_id  string  null  use this snapshot instead of each cluster's latest
 --
 -- Columns: cluster_id, group_id, group_type, group_state, partitions, partitions_with_lag,
---   total_lag, max_lag, last_commit_at, snapshot_id, captured_at. Ordered by total_lag,
---   largest first.
+--   total_lag, max_lag, max_time_lag_ms, partitions_with_time_lag, commit_rate,
+--   est_catch_up_s, last_commit_at, snapshot_id, captured_at. Ordered by total_lag, largest
+--   first.
 WITH snapshots AS (
     SELECT s.cluster_id, s.snapshot_id, MAX(s.captured_at) AS captured_at
     FROM snapshot_log_end_offsets s
@@ -36,28 +45,54 @@ ends AS (
     FROM snapshot_log_end_offsets e
     JOIN latest l ON l.cluster_id = e.cluster_id AND l.snapshot_id = e.snapshot_id
 ),
+times AS (
+    SELECT t.cluster_id, t.group_id, t.topic, t.partition, t.committed_offset, t.time_lag_ms,
+           t.commit_rate
+    FROM snapshot_lag t
+    JOIN latest l ON l.cluster_id = t.cluster_id AND l.snapshot_id = t.snapshot_id
+),
 partition_lag AS (
     SELECT o.cluster_id, o.group_id, o.commit_timestamp, l.snapshot_id, l.captured_at,
            CASE WHEN e.log_end_offset IS NULL THEN CAST(NULL AS BIGINT)
                 WHEN e.log_end_offset > o.committed_offset
                      THEN e.log_end_offset - o.committed_offset
-                ELSE CAST(0 AS BIGINT) END AS lag
+                ELSE CAST(0 AS BIGINT) END AS lag,
+           CASE WHEN t.committed_offset = o.committed_offset THEN t.time_lag_ms
+                ELSE CAST(NULL AS BIGINT) END AS time_lag_ms,
+           t.commit_rate
     FROM committed_offsets o
     LEFT JOIN latest l ON l.cluster_id = o.cluster_id
     LEFT JOIN ends e
            ON e.cluster_id = o.cluster_id AND e.topic = o.topic AND e.partition = o.partition
+    LEFT JOIN times t
+           ON t.cluster_id = o.cluster_id AND t.group_id = o.group_id AND t.topic = o.topic
+          AND t.partition = o.partition
     WHERE (:group_id IS NULL OR o.group_id = :group_id)
       AND (:cluster_id IS NULL OR o.cluster_id = :cluster_id)
+),
+partition_eta AS (
+    SELECT p.*,
+           CASE WHEN p.lag = 0 THEN CAST(0 AS DOUBLE)
+                WHEN p.commit_rate > 0 THEN p.lag / p.commit_rate
+                ELSE CAST(NULL AS DOUBLE) END AS est_catch_up_s
+    FROM partition_lag p
 )
 SELECT p.cluster_id, p.group_id, g.group_type, g.group_state,
        COUNT(*) AS partitions,
        COUNT(p.lag) AS partitions_with_lag,
        CAST(SUM(p.lag) AS BIGINT) AS total_lag,
        MAX(p.lag) AS max_lag,
+       MAX(p.time_lag_ms) AS max_time_lag_ms,
+       COUNT(p.time_lag_ms) AS partitions_with_time_lag,
+       ROUND(SUM(p.commit_rate), 6) AS commit_rate,
+       CASE WHEN COUNT(p.lag) = 0 THEN CAST(NULL AS DOUBLE)
+            WHEN SUM(CASE WHEN p.lag > 0 AND p.est_catch_up_s IS NULL THEN 1 ELSE 0 END) > 0
+                 THEN CAST(NULL AS DOUBLE)
+            ELSE MAX(p.est_catch_up_s) END AS est_catch_up_s,
        MAX(p.commit_timestamp) AS last_commit_at,
        MAX(p.snapshot_id) AS snapshot_id,
        MAX(p.captured_at) AS captured_at
-FROM partition_lag p
+FROM partition_eta p
 LEFT JOIN consumer_groups g ON g.cluster_id = p.cluster_id AND g.group_id = p.group_id
 GROUP BY p.cluster_id, p.group_id, g.group_type, g.group_state
 ORDER BY total_lag DESC NULLS LAST, p.cluster_id, p.group_id

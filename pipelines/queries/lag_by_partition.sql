@@ -7,6 +7,14 @@
 -- committed_after_snapshot says so); null when the snapshot has no end offset for the
 -- partition, or there is no snapshot at all. Run `offsetlake snapshot` to record one.
 --
+-- Time lag beside it, from the same snapshot's snapshot_lag row: time_lag_ms is the exact
+-- time lag the snapshot read from the log (newest record's timestamp - timestamp of the record
+-- at the committed offset; 0 when caught up), shown only when the snapshot saw the same
+-- committed offset as the lake; otherwise null, and time_lag_reason says why
+-- (committed_since_snapshot, no_time_lag_in_snapshot, or the snapshot's own reason, e.g.
+-- committed_before_log_start). est_catch_up_s is an ESTIMATE: lag / the partition's recent
+-- commit rate (offsets per second in the lake's history before the snapshot).
+--
 -- Parameters:
 --   :group_id     string  null  only this group
 --   :topic        string  null  only this topic
@@ -14,8 +22,9 @@
 --   :snapshot_id  string  null  use this snapshot instead of each cluster's latest
 --
 -- Columns: cluster_id, group_id, topic, partition, committed_offset, commit_timestamp,
---   log_end_offset, last_stable_offset, lag, snapshot_id, captured_at,
---   committed_after_snapshot. Ordered by lag, largest first.
+--   log_end_offset, last_stable_offset, lag, time_lag_ms, time_lag_reason,
+--   committed_timestamp, newest_timestamp, commit_rate, est_catch_up_s, snapshot_id,
+--   captured_at, committed_after_snapshot. Ordered by lag, largest first.
 WITH snapshots AS (
     SELECT s.cluster_id, s.snapshot_id, MAX(s.captured_at) AS captured_at
     FROM snapshot_log_end_offsets s
@@ -37,19 +46,51 @@ ends AS (
     SELECT e.cluster_id, e.topic, e.partition, e.log_end_offset, e.last_stable_offset
     FROM snapshot_log_end_offsets e
     JOIN latest l ON l.cluster_id = e.cluster_id AND l.snapshot_id = e.snapshot_id
+),
+times AS (
+    SELECT t.cluster_id, t.group_id, t.topic, t.partition, t.committed_offset, t.time_lag_ms,
+           t.time_lag_reason, t.committed_timestamp, t.newest_timestamp, t.commit_rate
+    FROM snapshot_lag t
+    JOIN latest l ON l.cluster_id = t.cluster_id AND l.snapshot_id = t.snapshot_id
+),
+partition_lag AS (
+    SELECT o.cluster_id, o.group_id, o.topic, o.partition, o.committed_offset,
+           o.commit_timestamp, e.log_end_offset, e.last_stable_offset,
+           CASE WHEN e.log_end_offset IS NULL THEN CAST(NULL AS BIGINT)
+                WHEN e.log_end_offset > o.committed_offset
+                     THEN e.log_end_offset - o.committed_offset
+                ELSE CAST(0 AS BIGINT) END AS lag,
+           t.committed_offset AS snapshot_committed_offset, t.time_lag_ms, t.time_lag_reason,
+           t.committed_timestamp, t.newest_timestamp, t.commit_rate,
+           l.snapshot_id, l.captured_at
+    FROM committed_offsets o
+    LEFT JOIN latest l ON l.cluster_id = o.cluster_id
+    LEFT JOIN ends e
+           ON e.cluster_id = o.cluster_id AND e.topic = o.topic AND e.partition = o.partition
+    LEFT JOIN times t
+           ON t.cluster_id = o.cluster_id AND t.group_id = o.group_id AND t.topic = o.topic
+          AND t.partition = o.partition
+    WHERE (:group_id IS NULL OR o.group_id = :group_id)
+      AND (:topic IS NULL OR o.topic = :topic)
+      AND (:cluster_id IS NULL OR o.cluster_id = :cluster_id)
 )
-SELECT o.cluster_id, o.group_id, o.topic, o.partition, o.committed_offset, o.commit_timestamp,
-       e.log_end_offset, e.last_stable_offset,
-       CASE WHEN e.log_end_offset IS NULL THEN CAST(NULL AS BIGINT)
-            WHEN e.log_end_offset > o.committed_offset THEN e.log_end_offset - o.committed_offset
-            ELSE CAST(0 AS BIGINT) END AS lag,
-       l.snapshot_id, l.captured_at,
-       o.commit_timestamp > l.captured_at AS committed_after_snapshot
-FROM committed_offsets o
-LEFT JOIN latest l ON l.cluster_id = o.cluster_id
-LEFT JOIN ends e
-       ON e.cluster_id = o.cluster_id AND e.topic = o.topic AND e.partition = o.partition
-WHERE (:group_id IS NULL OR o.group_id = :group_id)
-  AND (:topic IS NULL OR o.topic = :topic)
-  AND (:cluster_id IS NULL OR o.cluster_id = :cluster_id)
-ORDER BY lag DESC NULLS LAST, o.cluster_id, o.group_id, o.topic, o.partition
+SELECT p.cluster_id, p.group_id, p.topic, p.partition, p.committed_offset, p.commit_timestamp,
+       p.log_end_offset, p.last_stable_offset, p.lag,
+       CASE WHEN p.snapshot_committed_offset = p.committed_offset THEN p.time_lag_ms
+            ELSE CAST(NULL AS BIGINT) END AS time_lag_ms,
+       CASE WHEN p.snapshot_id IS NULL THEN 'no_snapshot'
+            WHEN p.snapshot_committed_offset IS NULL THEN 'no_time_lag_in_snapshot'
+            WHEN p.snapshot_committed_offset <> p.committed_offset
+                 THEN 'committed_since_snapshot'
+            WHEN p.time_lag_ms IS NULL THEN COALESCE(p.time_lag_reason, 'no_time_lag_in_snapshot')
+            ELSE CAST(NULL AS STRING) END AS time_lag_reason,
+       CASE WHEN p.snapshot_committed_offset = p.committed_offset THEN p.committed_timestamp
+            END AS committed_timestamp,
+       p.newest_timestamp, p.commit_rate,
+       CASE WHEN p.lag = 0 THEN CAST(0 AS DOUBLE)
+            WHEN p.commit_rate > 0 THEN p.lag / p.commit_rate
+            ELSE CAST(NULL AS DOUBLE) END AS est_catch_up_s,
+       p.snapshot_id, p.captured_at,
+       p.commit_timestamp > p.captured_at AS committed_after_snapshot
+FROM partition_lag p
+ORDER BY p.lag DESC NULLS LAST, p.cluster_id, p.group_id, p.topic, p.partition

@@ -101,6 +101,13 @@ def _fmt_ms(ms: int) -> str:
     return f"{s} s"
 
 
+def _fmt_exact_ms(ms: int | None) -> str:
+    """A time lag readable and exact: "3 min 57 s (237,041 ms)"; "—" when unknown."""
+    if ms is None:
+        return "—"
+    return _fmt_ms(ms) if ms < 1000 else f"{_fmt_ms(ms)} ({ms:,} ms)"
+
+
 def _nice_bucket(span_ms: int, buckets: int) -> int:
     want = max(1, span_ms // max(1, buckets))
     return next((b for b in _NICE_BUCKETS_MS if b >= want), _NICE_BUCKETS_MS[-1])
@@ -493,7 +500,9 @@ def _risk_table(lake: Path, group: str | None) -> str:
 
 
 def _lag(lake: Path, group: str | None, has_snapshots: bool) -> str:
-    """The current lag per group from the latest snapshot (query ``lag_by_group``)."""
+    """The current lag per group from the latest snapshot (query ``lag_by_group``): offset
+    lag and, beside it, the exact time lag the snapshot read from the log, plus the estimated
+    catch-up time (labelled as an estimate)."""
     if not has_snapshots:
         return _note("No snapshot of the cluster yet, so no lag: <code>offsetlake snapshot"
                      "</code> records log end offsets (and the brokers' answers to reconcile "
@@ -501,26 +510,52 @@ def _lag(lake: Path, group: str | None, has_snapshots: bool) -> str:
     rows = run_duckdb(lake, "lag_by_group", group_id=group).to_pylist()
     if not rows:
         return _note("No committed offsets to measure lag for.")
-    fig = go.Figure(go.Bar(
-        x=[r["total_lag"] or 0 for r in rows][::-1], y=[r["group_id"] for r in rows][::-1],
-        orientation="h", marker={"color": "#4C78A8"},
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.12,
+                        subplot_titles=("Offset lag (records behind)",
+                                        "Time lag (newest record - next record to read)"))
+    groups = [r["group_id"] for r in rows][::-1]
+    fig.add_trace(go.Bar(
+        x=[r["total_lag"] or 0 for r in rows][::-1], y=groups,
+        orientation="h", marker={"color": "#4C78A8"}, name="offset lag",
         text=[f"{r['total_lag']:,}" if r["total_lag"] is not None else "n/a"
               for r in rows][::-1], textposition="outside", cliponaxis=False,
-        hovertemplate="%{y}<br>total lag %{x:,}<extra></extra>"))
-    fig.update_layout(height=max(220, 60 + 26 * len(rows)), xaxis={"title": "records behind",
-                                                                   "tickformat": ","},
+        hovertemplate="%{y}<br>total lag %{x:,}<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Bar(
+        x=[(r["max_time_lag_ms"] or 0) / 1000 for r in rows][::-1], y=groups,
+        orientation="h", marker={"color": "#F58518"}, name="time lag",
+        text=[_fmt_ms(r["max_time_lag_ms"]) if r["max_time_lag_ms"] is not None else "n/a"
+              for r in rows][::-1], textposition="outside", cliponaxis=False,
+        hovertemplate="%{y}<br>time lag %{text}<extra></extra>"), row=1, col=2)
+    fig.update_layout(height=max(240, 80 + 26 * len(rows)), showlegend=False,
                       yaxis={"automargin": True}, margin={"r": 60},
                       title={"text": f"Current lag per group (snapshot {rows[0]['snapshot_id']})",
                              "x": 0.5})
+    fig.update_xaxes(title_text="records behind", tickformat=",", row=1, col=1)
+    fig.update_xaxes(title_text="seconds behind", row=1, col=2)
     table = _table(["group", "type", "state", "partitions", "with end offset", "total lag",
-                    "max lag", "last commit", "snapshot taken"],
+                    "max lag", "time lag", "with time lag", "catch-up (estimate)",
+                    "last commit", "snapshot taken"],
                    [(r["group_id"], r["group_type"] or "—", r["group_state"] or "—",
                      r["partitions"], r["partitions_with_lag"],
                      r["total_lag"] if r["total_lag"] is not None else "—",
                      r["max_lag"] if r["max_lag"] is not None else "—",
+                     _fmt_exact_ms(r["max_time_lag_ms"]), r["partitions_with_time_lag"],
+                     (f"~{_fmt_ms(round(r['est_catch_up_s'] * 1000))}"
+                      if r["est_catch_up_s"] is not None else "—"),
                      _fmt_ts(r["last_commit_at"]), _fmt_ts(r["captured_at"])) for r in rows],
                    classes="compact")
-    return _figure(fig, "plot-lag") + f"<details><summary>Table</summary>{table}</details>"
+    note = _note("Time lag is exact: the snapshot read the timestamp of the record at each "
+                 "committed offset and of the newest record from the log (largest over the "
+                 "group's partitions; shown where the snapshot saw the lake's committed "
+                 "offset, see <code>lag_by_partition</code> for why a partition has none). "
+                 "Catch-up is an <em>estimate</em>: lag divided by the group's recent commit "
+                 "rate in the lake's history, ignoring what producers add meanwhile.")
+    if not any(r["max_time_lag_ms"] is not None for r in rows):
+        note += _note("This snapshot has no time lag (a recorded capture, or taken before "
+                      "offsetlake read record timestamps): run <code>offsetlake snapshot"
+                      "</code> against the cluster.")
+    return (_figure(fig, "plot-lag") + note
+            + f"<details><summary>Table</summary>{table}</details>")
 
 
 def _reconciliation(con: Any, group: str | None) -> str:
