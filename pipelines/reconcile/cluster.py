@@ -965,7 +965,8 @@ class _Capture:
                 newest[tp] = n
         times = await fetch_record_times(
             wanted, newest, raw.starts, leaders=self._leaders, send_many=self._send_many,
-            max_retries=self.max_retries, code_of=_code_of, leader_retry=_LEADER_RETRY)
+            max_retries=self.max_retries, code_of=_code_of, leader_retry=_LEADER_RETRY,
+            sleep=self._sleep)
         log.debug("time lag: %d records read with %d Fetch requests",
                   len(times.at) + len(times.newest), times.fetch_requests)
         return times

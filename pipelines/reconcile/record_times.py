@@ -172,7 +172,9 @@ async def fetch_record_times(wanted: Mapping[tuple[str, int], set[int]],
                              starts: Mapping[tuple[str, int], int | None],
                              *, leaders: Leaders, send_many: SendMany, max_retries: int,
                              code_of: Callable[[BaseException], int],
-                             leader_retry: frozenset[int]) -> RecordTimes:
+                             leader_retry: frozenset[int],
+                             sleep: Callable[[int], Awaitable[None]] | None = None
+                             ) -> RecordTimes:
     """Read the timestamps of the records at ``wanted`` offsets and at each partition's
     ``newest`` offset.
 
@@ -183,7 +185,7 @@ async def fetch_record_times(wanted: Mapping[tuple[str, int], set[int]],
     and the newest one sharing a batch cost one read. The number of requests is at most
     brokers x (distinct offsets wanted per partition + retries), independent of the number
     of partitions. Leader moves refresh the leaders (``leaders``) and retry, up to
-    ``max_retries`` times per partition.
+    ``max_retries`` times per partition, after ``sleep(attempt)`` (the caller's backoff).
     """
     out = RecordTimes()
     pending: dict[tuple[str, int], list[int]] = {}
@@ -217,6 +219,8 @@ async def fetch_record_times(wanted: Mapping[tuple[str, int], set[int]],
                 fail_all(tp, "fetch_incomplete")
             break
         if stale:
+            if guard > 1 and sleep is not None:
+                await sleep(max(retries.values(), default=1))
             lead = await leaders(sorted({t for t, _ in pending}))
             stale = False
         by_node: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
