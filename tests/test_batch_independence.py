@@ -98,7 +98,10 @@ def _splits(max_cuts: int = 2):
 
 def _check(source: _Source, cuts: list[list[int]], shifts: list[int]) -> None:
     n = len(source.parts)
-    split = batches(source.parts, cuts[:n], shifts[:n])
+    _check_batches(source, batches(source.parts, cuts[:n], shifts[:n]))
+
+
+def _check_batches(source: _Source, split: list[pa.Table]) -> None:
     work = Path(tempfile.mkdtemp(prefix="offsetlake-split-"))
     try:
         got = snapshot_of(ingest(split, work / "lake"))
@@ -138,6 +141,30 @@ def test_fair_shares_of_every_partition(generated: _Source) -> None:
     the same relative points (what a per-batch record budget does)."""
     cuts = [[t.num_rows * k // 6 for k in range(1, 6)] for t in generated.parts]
     _check(generated, cuts, [0] * len(generated.parts))
+
+
+def fair_batches(parts: list[pa.Table], budget: int) -> list[pa.Table]:
+    """Batches cut the way the sources cut them: ``budget`` records per batch shared fairly
+    between partitions (:func:`pipelines.sources.batching.spread_budget`)."""
+    from pipelines.sources.batching import spread_budget
+
+    pos, out = [0] * len(parts), []
+    while True:
+        backlog = {str(i): t.num_rows - pos[i] for i, t in enumerate(parts)}
+        if not any(backlog.values()):
+            return out
+        grants = spread_budget(backlog, budget)
+        out.append(pa.concat_tables([t.slice(pos[i], grants[str(i)]) for i, t in enumerate(parts)
+                                     if grants[str(i)]]))
+        pos = [p + grants[str(i)] for i, p in enumerate(pos)]
+
+
+def test_source_budgets_of_400_records(generated: _Source) -> None:
+    _check_batches(generated, fair_batches(generated.parts, 400))
+
+
+def test_recorded_source_budgets_of_1500_records(recording: _Source) -> None:
+    _check_batches(recording, fair_batches(recording.parts, 1500))
 
 
 def test_streaming_job_with_250_record_batches_equals_one_batch(spark, generated: _Source,
