@@ -341,3 +341,29 @@ def test_replay_after_a_crash_at_a_write_point_on_the_store(
     ingest_segments_local(demo[0], lake, cluster_id="demo", max_records_per_batch=1)
     for table in ALL_TABLES:
         assert rows(lake, table) == rows(local_demo_lake, table), table
+
+
+def test_a_location_travels_to_spark_tasks_with_its_options() -> None:
+    """Spark pickles the task closure: the location must arrive whole (options included)."""
+    import pickle
+
+    loc = lake_location("s3://b/l", {"AWS_SECRET_ACCESS_KEY": SECRET}, environ={})
+    back = pickle.loads(pickle.dumps(loc))
+    assert back == loc and dict(back.storage_options) == dict(loc.storage_options)
+
+
+def test_azurite_through_the_emulator_flag(azurite: ObjectStore, monkeypatch) -> None:  # noqa: F811
+    """``azure_storage_use_emulator`` (object_store's switch, account and key implied; the
+    URL from AZURITE_BLOB_STORAGE_URL) reaches the same objects as the explicit options."""
+    base = azurite.endpoint.rsplit("/", 1)[0]
+    monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", base)
+    uri = azurite.lake_uri("emulator")
+    emulated = lake_location(uri, {"azure_storage_use_emulator": "true"}, environ={})
+    write_deltalake(emulated.join("t"), pa.table({"n": [1, 2]}),
+                    storage_options=emulated.delta_options())
+    explicit = lake_location(uri, azurite.storage_options, environ={})
+    dt = DeltaTable(explicit.join("t"), storage_options=explicit.delta_options())
+    assert dt.to_pyarrow_table().column("n").to_pylist() == [1, 2]
+    files = {explicit.fs_path(u) for u in dt.file_uris()}
+    infos = emulated.filesystem().get_file_info(sorted(files))
+    assert files and all(i.type == FileType.File and i.size > 0 for i in infos)
