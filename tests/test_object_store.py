@@ -64,9 +64,14 @@ def test_storage_options_come_from_env_then_json_env_then_flags() -> None:
     loc = lake_location("s3://b/l", {"AWS_ALLOW_HTTP": "false"}, environ=env)
     assert loc.storage_options == {"AWS_REGION": "from-env", "AWS_ENDPOINT_URL": "http://json:2",
                                    "AWS_ALLOW_HTTP": "false", "aws_conditional_put": "etag"}
-    # a user's own concurrency choice is kept, never overridden by the default
+    # a user's own concurrency choice is kept, never overridden by the default ...
+    unsafe = lake_location("s3://b/l", {"AWS_S3_ALLOW_UNSAFE_RENAME": "true"}, environ={})
+    assert "aws_conditional_put" not in unsafe.storage_options
+    own = lake_location("s3://b/l", {"AWS_CONDITIONAL_PUT": "etag"}, environ={})
+    assert own.storage_options == {"AWS_CONDITIONAL_PUT": "etag"}
+    # ... but delta-rs 1.x ignores a DynamoDB lock, so conditional writes still protect commits
     locked = lake_location("s3://b/l", {"AWS_S3_LOCKING_PROVIDER": "dynamodb"}, environ={})
-    assert "aws_conditional_put" not in locked.storage_options
+    assert locked.storage_options["aws_conditional_put"] == "etag"
     assert "aws_conditional_put" not in lake_location("az://c/l", environ={}).storage_options
 
 

@@ -15,6 +15,7 @@ URIs are joined as text (``posixpath``), never through :mod:`pathlib`, which wou
 from __future__ import annotations
 
 import json
+import logging
 import os
 import posixpath
 import threading
@@ -26,6 +27,8 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
+log = logging.getLogger(__name__)
+
 #: URI scheme -> the store it names.
 STORES = {"s3": "s3", "s3a": "s3", "az": "azure", "abfs": "azure", "abfss": "azure",
           "adl": "azure", "azure": "azure", "gs": "gcs", "gcs": "gcs"}
@@ -34,11 +37,12 @@ ENV_PREFIXES = {"s3": ("AWS_",), "azure": ("AZURE_",), "gcs": ("GOOGLE_",)}
 #: ``KEY=VALUE`` options given as one JSON object in this variable (the flag's env form).
 OPTIONS_ENV = "OFFSETLAKE_STORAGE_OPTIONS"
 
-#: S3 has no atomic put-if-absent rename: delta-rs commits safely with S3's conditional
-#: writes (``If-None-Match: *``), unless the user chose a lock or unsafe renames.
+#: S3 has no atomic rename: delta-rs commits a version safely with S3's conditional writes
+#: (``If-None-Match: *``), set unless the user chose otherwise (their own conditional-put
+#: setting, or unsafe renames for a single writer). delta-rs 1.x dropped the DynamoDB
+#: locking provider (it logs an error and ignores it), so that key does not count as a choice.
 S3_SAFE_DEFAULTS = {"aws_conditional_put": "etag"}
-_S3_SAFETY_KEYS = ("aws_conditional_put", "conditional_put", "aws_s3_locking_provider",
-                   "aws_s3_allow_unsafe_rename")
+_S3_SAFETY_KEYS = ("aws_conditional_put", "conditional_put", "aws_s3_allow_unsafe_rename")
 
 # Azurite's well-known development account (public, documented by Microsoft).
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -166,6 +170,9 @@ def lake_location(lake: str | os.PathLike | LakeLocation,
             uri = "s3" + uri[3:]
         if not any(_get(options, k) is not None for k in _S3_SAFETY_KEYS):
             options.update(S3_SAFE_DEFAULTS)
+        if (_get(options, "aws_s3_locking_provider") or "").lower() == "dynamodb":
+            log.warning("AWS_S3_LOCKING_PROVIDER=dynamodb is not supported by delta-rs 1.x; "
+                        "commits to %s use S3 conditional writes instead", uri)
     return LakeLocation(uri, options)
 
 
