@@ -172,6 +172,26 @@ def test_fetch_refused_by_acls_is_a_reason_not_a_failure() -> None:
     assert (row.time_lag_ms, row.time_lag_reason) == (None, "fetch_error:TOPIC_AUTHORIZATION_FAILED")
 
 
+def test_an_undecodable_batch_is_a_reason_and_the_rest_is_read() -> None:
+    """A batch whose attributes claim gzip over plain bytes cannot be decoded: that row says
+    undecodable_batch, the snapshot and the other partitions are unaffected."""
+    import struct
+
+    with FakeKafkaCluster(num_brokers=1) as fk:
+        fk.add_topic("t", 2)
+        bad = bytearray(record_batch([(b"k", b"v")] * 3, timestamp_ms=T0))
+        struct.pack_into(">h", bad, 21, struct.unpack_from(">h", bad, 21)[0] | 0x01)
+        fk.set_log("t", 0, bytes(bad))
+        fk.append_records("t", 1, record_batch([(b"k", b"v")] * 3, timestamp_ms=T0))
+        fk.commit("g", "t", 0, 1)
+        fk.commit("g", "t", 1, 1)
+        snap = capture_snapshot(fk.bootstrap_servers, **FAST)
+    lag = _lag(snap.lag)
+    assert lag[("g", "t", 0)].time_lag_reason == "undecodable_batch"
+    assert lag[("g", "t", 0)].lag == 2
+    assert (lag[("g", "t", 1)].time_lag_ms, lag[("g", "t", 1)].time_lag_reason) == (1, None)
+
+
 @pytest.mark.parametrize(("committed", "end", "stable", "start", "expected"), [
     (None, 10, 10, 0, "no_committed_offset"), (-1, 10, 10, 0, "no_committed_offset"),
     (3, None, None, None, "no_log_end_offset"), (11, 10, 10, 0, "committed_past_end"),

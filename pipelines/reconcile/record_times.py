@@ -64,6 +64,8 @@ REASONS = {
     "newest_record_absent": "no newest record could be read",
     "no_timestamp": "the record carries no timestamp (message format v0, or -1)",
     "fetch_incomplete": "the record's batch did not fit the largest fetch limit",
+    "undecodable_batch": "the batch holding the record could not be decoded (corrupt, or a "
+                         "codec not installed)",
     "not_captured": "recorded capture: the log was not read",
 }
 
@@ -309,7 +311,13 @@ def _handle(tp: tuple[str, int], offset: int, pd: Any,
     if code != 0:
         fail_all(tp, _error_reason(code))
         return False
-    records, covered = decode_records(pd.records)
+    try:
+        records, covered = decode_records(pd.records)
+    except Exception as exc:  # a corrupt or unsupported batch must not abort the snapshot
+        log.warning("%s-%d: undecodable Fetch answer at offset %d: %s", tp[0], tp[1], offset,
+                    exc)
+        resolve(tp, offset, RecordTime(None, None, "undecodable_batch"))
+        return False
     mine = set(pending.get(tp, ()))
     for rec_offset, ts in records:  # skip to the exact offsets inside the returned batches
         if rec_offset in mine:
