@@ -254,16 +254,14 @@ def test_older_lake_gains_the_time_lag_columns_in_place(tmp_path: Path) -> None:
     assert ends["old"]["log_start_offset"] is None and ends["new"]["log_start_offset"] == 1
 
 
-def test_catch_up_estimate_from_the_commit_history(tmp_path: Path) -> None:
+def _check_catch_up_estimate(engine) -> None:
     """commit_rate / est_catch_up_s from offset_commits rows with known times: 100 -> 400 ->
     700 over 600 s is 1 offset/s; a commit outside the 15-minute window, a tombstone and
     another group do not count; a rewind gives no rate."""
     from pipelines.lake.contracts import contract
-    from pipelines.lake.engines import DeltaRsEngine
     from pipelines.reconcile.cluster import ClusterSnapshot
     from pipelines.reconcile.snapshot import with_catch_up_estimates
 
-    engine = DeltaRsEngine(tmp_path / "lake")
     at = dt.datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
     rows = []
 
@@ -293,6 +291,24 @@ def test_catch_up_estimate_from_the_commit_history(tmp_path: Path) -> None:
            for r in with_catch_up_estimates(engine, snap, "c").lag}
     assert est == {0: (1.0, 300.0), 1: (None, None), 2: (None, 0.0)}
 
+
+def test_catch_up_estimate_from_the_commit_history(tmp_path: Path) -> None:
+    from pipelines.lake.engines import DeltaRsEngine
+
+    _check_catch_up_estimate(DeltaRsEngine(tmp_path / "lake"))
+
+
+@pytest.mark.spark
+def test_catch_up_estimate_with_the_delta_spark_engine(spark, tmp_path: Path) -> None:
+    """The delta-spark engine filters the history window in Spark's scan (not after reading
+    the whole history); same answers."""
+    from pipelines.lake.engines import SparkDeltaEngine
+    from pipelines.spark import has_delta_jars
+    from tests.test_optional_jvm_ends import NO_DELTA
+
+    if not has_delta_jars(spark):
+        pytest.skip(NO_DELTA)
+    _check_catch_up_estimate(SparkDeltaEngine(spark, tmp_path / "lake"))
 
 # --------------------------------------------------------------- the demo lake, end to end
 

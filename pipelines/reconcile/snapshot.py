@@ -166,13 +166,24 @@ def commit_rates(engine: DeltaEngine, cluster_id: str, until: datetime,
     offset went backwards in between (a rewind says nothing about the pace)."""
     if not engine.exists("offset_commits"):
         return {}
-    ts = pa.timestamp("us", tz="UTC")
-    where = ((string_field("cluster_id") == cluster_id)
-             & (pc.field("commit_timestamp") >= pa.scalar(until - window, ts))
-             & (pc.field("commit_timestamp") <= pa.scalar(until, ts)))
-    rows = engine.read("offset_commits", columns=[
-        "group_id", "topic", "partition", "committed_offset", "commit_timestamp",
-        "is_tombstone", "offsets_partition", "offset"], filter_expr=where).to_pylist()
+    columns = ["group_id", "topic", "partition", "committed_offset", "commit_timestamp",
+               "is_tombstone", "offsets_partition", "offset"]
+    spark = getattr(engine, "spark", None)
+    if spark is not None:  # delta-spark: filter in the scan, not after reading the history
+        from pyspark.sql import functions as F
+
+        frame = (spark.read.format("delta")
+                 .load(engine.spark_path("offset_commits"))  # type: ignore[attr-defined]
+                 .where((F.col("cluster_id") == F.lit(cluster_id))
+                        & F.col("commit_timestamp").between(F.lit(until - window), F.lit(until)))
+                 .select(*columns))
+        rows = frame.toArrow().to_pylist()
+    else:
+        ts = pa.timestamp("us", tz="UTC")
+        where = ((string_field("cluster_id") == cluster_id)
+                 & (pc.field("commit_timestamp") >= pa.scalar(until - window, ts))
+                 & (pc.field("commit_timestamp") <= pa.scalar(until, ts)))
+        rows = engine.read("offset_commits", columns=columns, filter_expr=where).to_pylist()
     spans: dict[tuple[str, str, int], list[tuple[datetime, int]]] = {}
     for r in sorted(rows, key=lambda r: (r["commit_timestamp"], r["offsets_partition"],
                                          r["offset"])):
