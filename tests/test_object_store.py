@@ -372,3 +372,19 @@ def test_azurite_through_the_emulator_flag(azurite: ObjectStore, monkeypatch) ->
     files = {explicit.fs_path(u) for u in dt.file_uris()}
     infos = emulated.filesystem().get_file_info(sorted(files))
     assert files and all(i.type == FileType.File and i.size > 0 for i in infos)
+
+
+@pytest.mark.slow
+def test_replay_after_a_crash_on_golden_scenario_a_on_the_store(
+        store: ObjectStore, scenario_a: Path, tmp_path: Path) -> None:
+    """The same crash-and-replay on the real broker's recording (skips without ../shared)."""
+    from tests.test_exactly_once import Crash, CrashingEngine, ingest
+
+    clean = tmp_path / "clean"
+    ingest(scenario_a, clean)
+    lake = lake_location(store.lake_uri("golden-crash"), store.storage_options)
+    with pytest.raises(Crash):
+        ingest(scenario_a, lake, CrashingEngine(lake, 23))  # inside the third of five batches
+    ingest(scenario_a, lake)
+    for table in ALL_TABLES:
+        assert rows(lake, table) == rows(clean, table), table
