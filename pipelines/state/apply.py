@@ -120,7 +120,8 @@ def _generation_changes(engine: DeltaEngine, batch: StateInput, names: topics.Na
     deletes: dict[tuple, dict] = {}
 
     def gen_key(r: dict) -> tuple:
-        return (r["cluster_id"], r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"])
+        return (r["cluster_id"], r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"],
+                r["group_type"])
 
     def resolved(rows: list[dict]) -> list[dict]:
         result = []

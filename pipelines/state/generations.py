@@ -20,7 +20,9 @@ from typing import Any
 
 from pipelines.state.groups import LatestRecord
 
-GenKey = tuple[str, int, str, str, int]  # group, generation, member, topic, partition
+# group, generation, member, topic, partition, group type: a KIP-848 member epoch can equal
+# the classic generation the same member id had before an online upgrade (mixed-migrate)
+GenKey = tuple[str, int, str, str, int, str]
 
 
 def _classic_rows(group_id: str, rec: LatestRecord) -> dict[GenKey, dict[str, Any]]:
@@ -35,7 +37,7 @@ def _classic_rows(group_id: str, rec: LatestRecord) -> dict[GenKey, dict[str, An
                 "subscribed_topics": sub.get("topics")}
         owned = [(tp["topic"], p) for tp in asg.get("assigned_partitions") or () for p in tp["partitions"]]
         for topic, partition in owned or [("", -1)]:
-            rows[(group_id, generation, m["member_id"], topic, partition)] = base
+            rows[(group_id, generation, m["member_id"], topic, partition, "classic")] = base
     return rows
 
 
@@ -52,11 +54,12 @@ def _member_rows(group_id: str, rec: LatestRecord, topic_names: dict[str, str],
     base = {"group_type": "consumer", **_member_attrs(member)}
     owned = [(topic_names.get(tp["topic_id"], tp["topic_id"]), p)
              for tp in value.get("assigned_partitions") or () for p in tp["partitions"]]
-    return {(group_id, epoch, rec.subkey, topic, partition): base for topic, partition in owned or [("", -1)]}
+    return {(group_id, epoch, rec.subkey, topic, partition, "consumer"): base
+            for topic, partition in owned or [("", -1)]}
 
 
 def _key(r: dict[str, Any]) -> GenKey:
-    return (r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"])
+    return (r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"], r["group_type"])
 
 
 def generation_changes(
