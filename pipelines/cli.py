@@ -499,7 +499,9 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     result = run_reconcile(_lake(args), cluster_id=args.cluster_id, gate=not args.no_gate,
                            num_partitions=args.num_partitions,
                            allow_partial=args.allow_partial, snapshot_id=args.snapshot_id,
-                           engine=_lake_engine(args, "offsetlake-reconcile"))
+                           engine=_lake_engine(args, "offsetlake-reconcile"),
+                           fail_on_anomalies=tuple(k.strip() for k in (args.fail_on_anomalies or "").split(",")
+                                                   if k.strip()))
     print(json.dumps(result.summary, indent=2, default=str))
     return 0 if result.passed or args.no_gate else 1
 
@@ -697,6 +699,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reconcile against this stored snapshot instead of the latest captured "
                         "one (env OFFSETLAKE_SNAPSHOT_ID)")
     p.add_argument("--no-gate", action="store_true", help="report only; never exit non-zero")
+    p.add_argument("--fail-on-anomalies", metavar="KIND,...", default=_env("FAIL_ON_ANOMALIES", None),
+                   help="offset_anomalies kinds that fail the gate (default: none, counts are "
+                        "warnings): offset_rewind, leader_epoch_regression, "
+                        "commit_after_group_deleted, zombie_commit, unassigned_partition, "
+                        "past_log_end, below_log_start, or all (env OFFSETLAKE_FAIL_ON_ANOMALIES)")
     p.set_defaults(func=cmd_reconcile)
 
     p = sub.add_parser("maintain", help="compact small files and vacuum safely",

@@ -169,6 +169,10 @@ class DemoManifest:
     aborted: list[AbortedCommit]
     counts: dict[str, Any]
     partitions: dict[int, dict[str, Any]]
+    #: the audit-trail story's known anomalies ({kind, group, topic, partition,
+    #: committed_offset}), its commits' expected attribution, and the log-end floors of
+    #: partitions committed beyond their end (see :mod:`pipelines.state.audit`)
+    audit: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (tuple keys become rows)."""
@@ -194,6 +198,7 @@ class DemoManifest:
             "aborted_commits": [a._asdict() for a in self.aborted],
             "counts": self.counts,
             "partitions": {str(p): v for p, v in sorted(self.partitions.items())},
+            "audit": self.audit,
         }
 
     def write_manifest(self, path: str | Path) -> Path:
@@ -299,6 +304,8 @@ class _World:
                 [rng.randrange(3) for _ in range(n)],
             )
         self.restarts = [self.at(f) for f in RESTARTS]
+        #: what the audit-trail story did on purpose (anomalies, attributions, log-end floors)
+        self.audit: dict[str, Any] = {"anomalies": [], "attribution": [], "log_end_floor": []}
         for t in self.topics.values():
             # Restart i re-elects the partitions led by broker i % 3: their epoch goes up.
             t.epochs = [[base + sum(1 for i in range(ph) if i % 3 == broker)
@@ -779,6 +786,11 @@ STORIES: dict[str, str] = {
     "legacy-upgrade": "classic group goes Empty, then a KIP-848 member converts it "
                       "(GroupMetadata tombstone followed by records 5,4,3,7,6,8); ends consumer "
                       "Stable, classic-era offsets kept",
+    "audit-trail": "classic: a member rewinds one partition (reprocessing), re-subscribes "
+                   "so a rebalance takes the ledger partitions from it and still commits one "
+                   "of them (zombie), leaves (Empty); an admin resets ledger to 0 (rewinds "
+                   "while Empty) and sets audit-0 beyond its log end; listed in the manifest's "
+                   "'audit' section",
     "mixed-migrate": "online upgrade: a classic member is active when a KIP-848 member joins "
                      "(classic member re-written as type 5 with classicMemberMetadata); ends "
                      "consumer Stable with one classic-protocol member",
@@ -1159,10 +1171,68 @@ def _mixed_migrate(w: _World) -> Iterator[_Event]:
         yield s.commit(ts + 9, g.owned(m), "mixed-848-member\x00", epochs=False)
 
 
+def _audit_trail(w: _World) -> Iterator[_Event]:
+    """Known anomalies and ownerless commits, recorded in ``w.audit`` as they are written."""
+    s = _Story(w, "audit-trail")
+    g = _Classic(s, "range")
+    rng = s.rng
+    a = s.classic_member("audit-consumer-a", "java", ["audit", "ledger"])
+    tps = [("audit", 0)] + [("ledger", p) for p in range(4)]
+    for i, tp in enumerate(tps):
+        s.pos[tp], s.rate[tp] = 20_000 + 1_000 * i, 301
+    last: dict[TP, int] = {}
+
+    def note(ev: _Commit, attribution: str, member: _Member | None) -> _Commit:
+        for topic, partition, offset, _le, _md in ev.entries:
+            w.audit["attribution"].append({
+                "group": s.group, "topic": topic, "partition": partition, "committed_offset": offset,
+                "attribution": attribution, "client_id": member.client_id if member else None})
+            if offset < last.get((topic, partition), -1):
+                w.audit["anomalies"].append({"kind": "offset_rewind", "group": s.group, "topic": topic,
+                                             "partition": partition, "committed_offset": offset})
+            if attribution == "zombie":
+                w.audit["anomalies"].append({"kind": "zombie_commit", "group": s.group, "topic": topic,
+                                             "partition": partition, "committed_offset": offset})
+            last[(topic, partition)] = offset
+        return ev
+
+    t = w.at(0.50)
+    yield _Records(t, s.group, [g.created(t), g.rebalance(t, [a])])
+    for ts in w.ticks(rng, t, w.at(0.52), 3):
+        yield note(s.commit(ts, g.owned(a), "a@gen1", epochs=False), "owner", a)
+    # the owner rewinds ledger-1 (reprocessing from an earlier offset) and goes on from there
+    t = w.at(0.52)
+    back = s.pos[("ledger", 1)] - 5_000
+    s.pos[("ledger", 1)] = back
+    yield note(_Commit(t, s.group, [("ledger", 1, back, -1, "a@gen1 reprocess")]), "owner", a)
+    for ts in w.ticks(rng, t, w.at(0.54), 2):
+        yield note(s.commit(ts, g.owned(a), "a@gen1", epochs=False), "owner", a)
+    # a re-subscribes to [audit] only: the rebalance leaves ledger to nobody, yet its old
+    # commit thread still commits ledger-2 (a zombie commit)
+    a.topics = ["audit"]
+    t = w.at(0.54)
+    yield _Records(t, s.group, [g.rebalance(t, [a])])
+    yield note(s.commit(t + 40, [("ledger", 2)], "a@gen1 late", epochs=False), "zombie", None)
+    for ts in w.ticks(rng, t + 100, w.at(0.56), 2):
+        yield note(s.commit(ts, g.owned(a), "a@gen2", epochs=False), "owner", a)
+    # a leaves (Empty); an admin resets ledger to the earliest offset, then sets audit-0 to an
+    # offset beyond the partition's log end (kafka-consumer-groups --reset-offsets --to-offset)
+    t = w.at(0.56)
+    yield _Records(t, s.group, [g.empty(t)])
+    yield note(_Commit(t + 1_000, s.group, [("ledger", p, 0, -1, "") for p in range(4)]),
+               "group_empty", None)
+    floor = s.pos[("audit", 0)]
+    beyond = floor + 10_000
+    yield note(_Commit(t + 2_000, s.group, [("audit", 0, beyond, -1, "")]), "group_empty", None)
+    w.audit["anomalies"].append({"kind": "past_log_end", "group": s.group, "topic": "audit",
+                                 "partition": 0, "committed_offset": beyond})
+    w.audit["log_end_floor"].append({"topic": "audit", "partition": 0, "offset": floor})
+
+
 _STORY_FUNCS = (
     _events_etl, _orders_processor, _spark_ingest, _clicks_848, _billing_batch, _txn_pipeline,
     _kip70, _payments_static, _flink_checkpoints, _inventory_848, _reporting_offdel,
-    _txn_standalone, _doomed_classic, _doomed_848, _legacy_upgrade, _mixed_migrate,
+    _txn_standalone, _doomed_classic, _doomed_848, _legacy_upgrade, _mixed_migrate, _audit_trail,
 )
 
 
@@ -1649,8 +1719,10 @@ def write_live_capture(manifest: DemoManifest, out_dir: Path | str | None = None
                      f"require_stable={require_stable}; {_SYNTHETIC}"})
 
     furthest: dict[TP, int] = {}
+    floors = {(f["topic"], f["partition"]): f["offset"] for f in manifest.audit.get("log_end_floor", ())}
     for (_, topic, partition), c in manifest.committed.items():
-        furthest[(topic, partition)] = max(furthest.get((topic, partition), 0), c.offset)
+        offset = min(c.offset, floors.get((topic, partition), c.offset))  # beyond the end: not the end
+        furthest[(topic, partition)] = max(furthest.get((topic, partition), 0), offset)
     for a in manifest.aborted:
         furthest[(a.topic, a.partition)] = max(furthest.get((a.topic, a.partition), 0), a.offset)
     rng = random.Random(f"offsetlake-demo/{manifest.seed}/log-end-offsets")
@@ -1733,7 +1805,7 @@ def generate_cluster(
                 for t in w.topics.values()},
         broker_restarts_ms=list(w.restarts), stories=dict(STORIES), groups=groups,
         deleted_groups=deleted, committed=log.expected.final_committed(),
-        aborted=list(log.expected.aborted), counts=counts, partitions=partitions,
+        aborted=list(log.expected.aborted), counts=counts, partitions=partitions, audit=w.audit,
     )
     if live:
         write_live_capture(manifest, out)

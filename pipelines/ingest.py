@@ -41,6 +41,8 @@ from pipelines.sources.raw import PACKED_ARROW_SCHEMA, unpacked
 from pipelines.sources.segment_source import source_problems
 from pipelines.sources.segments import Problem
 from pipelines.state.apply import apply_state
+from pipelines.state.audit import TABLES as AUDIT_TABLES
+from pipelines.state.audit import audit_batch
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +161,7 @@ def app_id_for(checkpoint: Path) -> str:
 def ensure_tables(engine: DeltaEngine) -> None:
     """Create every table the job writes (tasks write files into their directories)."""
     for name in (*HISTORY_TABLES, "committed_offsets", "group_records_latest", "consumer_groups",
-                 "group_members", "group_generations", PROBLEMS_TABLE):
+                 "group_members", "group_generations", PROBLEMS_TABLE, *AUDIT_TABLES):
         engine.ensure(contract(name))
 
 
@@ -204,7 +206,11 @@ def commit_batch(engine: DeltaEngine, parts: list[HistoryPart], batch_id: int, a
         if written:
             wrote = True
             report.rows[name] += rows
-    for table, n in apply_state(engine, combined_state(parts), app_id, batch_id, now).items():
+    state = combined_state(parts)
+    for table, n in apply_state(engine, state, app_id, batch_id, now).items():
+        wrote = True
+        report.rows[table] += n
+    for table, n in audit_batch(engine, state, app_id, batch_id, now).items():  # after the state
         wrote = True
         report.rows[table] += n
     statuses = sum((p.statuses for p in parts), Counter())

@@ -55,4 +55,7 @@ def combined_state(parts: list[HistoryPart]) -> StateInput:
     commits = [p.state.offset_commits for p in parts] or [contract("offset_commits").arrow_schema.empty_table()]
     records = sorted((g for p in parts for g in p.state.group_records),
                      key=lambda g: (g.cluster_id, g.record.offsets_partition, g.record.offset))
-    return StateInput(pa.concat_tables(commits), records)
+    ranges = [p.state.commit_ranges for p in parts]
+    if any(r is None for r in ranges):
+        return StateInput(pa.concat_tables(commits), records)
+    return StateInput(pa.concat_tables(commits), records, pa.concat_tables(ranges))

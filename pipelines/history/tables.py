@@ -42,6 +42,21 @@ class StateInput:
 
     offset_commits: pa.Table
     group_records: list[GroupRecord] = field(default_factory=list)
+    #: (cluster_id, offsets_partition, min_offset, max_offset) of every offset-commit row of
+    #: the batch: where the commit audit (pipelines.state.audit) reads the batch back from
+    #: the history; None when built without it.
+    commit_ranges: pa.Table | None = None
+
+
+def commit_ranges(offset_commits: pa.Table) -> pa.Table:
+    """Per (cluster, offsets partition) the first and last offset-commit position."""
+    if offset_commits.num_rows == 0:
+        return pa.table({"cluster_id": pa.array([], pa.string()), "offsets_partition": pa.array([], pa.int32()),
+                         "min_offset": pa.array([], pa.int64()), "max_offset": pa.array([], pa.int64())})
+    agg = offset_commits.select(["cluster_id", "offsets_partition", "offset"]).group_by(
+        ["cluster_id", "offsets_partition"], use_threads=False).aggregate([("offset", "min"), ("offset", "max")])
+    return agg.select(["cluster_id", "offsets_partition", "offset_min", "offset_max"]).rename_columns(
+        ["cluster_id", "offsets_partition", "min_offset", "max_offset"])
 
 
 @dataclass
@@ -57,7 +72,8 @@ class HistoryBatch:
 
     def state_input(self) -> StateInput:
         """The batch reduced to what the state depends on (small enough to ship to the driver)."""
-        return StateInput(state_rows(self.offset_commits), self.group_records)
+        return StateInput(state_rows(self.offset_commits), self.group_records,
+                          commit_ranges(self.offset_commits))
 
 
 def _ms_to_ts(arr: pa.Array) -> pa.Array:

@@ -90,6 +90,10 @@ class QualityReport:
     run_at: datetime
     outcomes: list[ExpectationOutcome] = field(default_factory=list)
     data_docs_index: Path | None = None
+    #: offset_anomalies rows by kind (every kind listed) and the kinds that fail the gate
+    anomalies: dict[str, int] = field(default_factory=dict)
+    fail_on_anomalies: tuple[str, ...] = ()
+    log_start_recorded: bool = False
 
     @property
     def passed(self) -> bool:
@@ -109,6 +113,13 @@ class QualityReport:
                         "unexpected_count": o.unexpected_count, "examples": o.examples()}
                        for o in self.failed()],
             "data_docs": str(self.data_docs_index) if self.data_docs_index else None,
+            "anomalies": {
+                "counts": self.anomalies, "fail_on": list(self.fail_on_anomalies),
+                "warnings": {k: n for k, n in self.anomalies.items()
+                             if n and k not in self.fail_on_anomalies},
+                "below_log_start": "checked" if self.log_start_recorded else
+                "unavailable: no snapshot recorded log start offsets",
+            },
         }
 
 
@@ -247,6 +258,21 @@ def _build_suites(engine: DeltaEngine, cluster_id: str, reconciliation: pa.Table
     return suites
 
 
+def _anomaly_suite(engine: DeltaEngine, cluster_id: str, fail_on: tuple[str, ...]) -> _Suite:
+    """``offset_anomalies`` must hold no row of the kinds the caller fails on."""
+    import great_expectations.expectations as gxe
+
+    index = ["offsets_partition", "offset", "kind"]
+    rows = _read(engine, "offset_anomalies", [*index, "group_id", "topic", "partition", "severity"],
+                 cluster_id) if engine.exists("offset_anomalies") \
+        else contract("offset_anomalies").arrow_schema.empty_table().select(
+            [*index, "group_id", "topic", "partition", "severity"])
+    return _Suite("offset_anomalies", _frame(rows), [
+        _Check(f"no offset anomaly of kind {', '.join(fail_on)}",
+               gxe.ExpectColumnValuesToNotBeInSet(column="kind", value_set=list(fail_on))),
+    ], index_columns=index)
+
+
 # ------------------------------------------------------------------------------ run
 
 
@@ -325,13 +351,24 @@ def run_quality_gate(engine: DeltaEngine, *, cluster_id: str = "default",
                      reconciliation: pa.Table | None = None, reconcile_id: str | None = None,
                      snapshot_id: str | None = None, num_partitions: int = 50,
                      timestamp_tolerance: timedelta = DEFAULT_TIMESTAMP_TOLERANCE,
-                     data_docs: bool = True, run_at: datetime | None = None) -> QualityReport:
+                     data_docs: bool = True, run_at: datetime | None = None,
+                     fail_on_anomalies: tuple[str, ...] = ()) -> QualityReport:
     """Validate the lake (and ``reconciliation``, this run's rows) and record the results.
 
     ``num_partitions`` is the N of ``partition_for`` (the caller resolves it from the
     snapshot / flag / 50). Writes one ``quality_results`` row per expectation; builds data
     docs under ``<lake>/_quality/data_docs/`` unless ``data_docs`` is False.
+
+    ``offset_anomalies`` are counted by kind and logged as warnings; the kinds in
+    ``fail_on_anomalies`` (``"all"``: every kind) are an expectation that fails on any row.
     """
+    from pipelines.state.audit import KINDS, anomaly_counts, log_start_recorded
+
+    fail_on = tuple(KINDS) if "all" in fail_on_anomalies else tuple(fail_on_anomalies)
+    unknown = sorted(set(fail_on) - set(KINDS))
+    if unknown:
+        raise ValueError(f"unknown anomaly kind(s) {', '.join(unknown)}; choose from "
+                         f"{', '.join(KINDS)} or all")
     _quiet_gx()
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
@@ -342,10 +379,17 @@ def run_quality_gate(engine: DeltaEngine, *, cluster_id: str = "default",
     context = _context(docs_dir)
     source = context.data_sources.add_pandas(name="offsetlake")
     gx_run = RunIdentifier(run_name=run_id, run_time=run_at)
-    report = QualityReport(run_id=run_id, run_at=run_at)
+    report = QualityReport(run_id=run_id, run_at=run_at, anomalies=anomaly_counts(engine, cluster_id),
+                           fail_on_anomalies=fail_on, log_start_recorded=log_start_recorded(engine))
+    for kind, n in report.anomalies.items():
+        if n:
+            log.warning("quality: %d %s anomal%s in offset_anomalies%s", n, kind, "y" if n == 1 else "ies",
+                        " (fails the gate)" if kind in fail_on else "")
 
-    for suite in _build_suites(engine, cluster_id, reconciliation, num_partitions,
-                               timestamp_tolerance):
+    suites = _build_suites(engine, cluster_id, reconciliation, num_partitions, timestamp_tolerance)
+    if fail_on:
+        suites.append(_anomaly_suite(engine, cluster_id, fail_on))
+    for suite in suites:
         gx_suite = context.suites.add(gx.ExpectationSuite(name=f"offsetlake.{suite.table}"))
         for check in suite.checks:
             check.expectation.meta = {"name": check.name}

@@ -556,7 +556,8 @@ def _describe(rows: Iterable[dict[str, Any]], limit: int) -> list[dict[str, Any]
 def run_reconcile(lake: str | Path, *, cluster_id: str = "default", gate: bool = True,
                   num_partitions: int | None = None, engine: DeltaEngine | None = None,
                   data_docs: bool = True, max_listed: int = 100,
-                  allow_partial: bool = False, snapshot_id: str | None = None) -> ReconcileResult:
+                  allow_partial: bool = False, snapshot_id: str | None = None,
+                  fail_on_anomalies: tuple[str, ...] = ()) -> ReconcileResult:
     """Reconcile, then (``gate``) run the Great Expectations suite over the lake and the new
     reconciliation. ``passed`` is False when any expectation fails; without the gate, when
     any row is unexplained. The summary names every failing row (group, topic, partition,
@@ -599,7 +600,8 @@ def run_reconcile(lake: str | Path, *, cluster_id: str = "default", gate: bool =
         quality = run_quality_gate(
             engine, cluster_id=cluster_id, reconciliation=rec.table,
             reconcile_id=rec.reconcile_id, snapshot_id=rec.snapshot.snapshot_id,
-            num_partitions=rec.num_partitions, data_docs=data_docs)
+            num_partitions=rec.num_partitions, data_docs=data_docs,
+            fail_on_anomalies=fail_on_anomalies)
         passed = quality.passed
         summary["gate"] = quality.summary()
     else:

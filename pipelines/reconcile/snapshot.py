@@ -117,6 +117,10 @@ def store_snapshot(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_id: s
     runs = _runs_row(snapshot, cluster_id, stored_at)
     written[RUNS_TABLE] = 1 if engine.append(contract(RUNS_TABLE), runs, app_id, 0) else 0
     written.update(_store_topic_names(engine, snapshot, cluster_id, stored_at))
+    # commits past this snapshot's log end / below its log start (pipelines.state.audit)
+    from pipelines.state.audit import ANOMALIES, snapshot_anomalies
+
+    written[ANOMALIES] = snapshot_anomalies(engine, cluster_id, snapshot.snapshot_id, stored_at)
     log.info("stored snapshot %s of cluster %s: %s", snapshot.snapshot_id, cluster_id,
              ", ".join(f"{k}={v}" for k, v in written.items()))
     return written

@@ -1,0 +1,231 @@
+"""Commit attribution and offset anomalies (pipelines.state.audit).
+
+On data the project writes itself: the demo generator's audit-trail story (a rewind by the
+owner, a zombie commit after a rebalance, an admin reset while Empty, a commit past the log
+end) must be found exactly, against the generator's manifest, and nothing else anywhere in
+the demo; hand-built logs cover the other kinds; every micro-batch split gives the same
+tables. On the real corpus (when present) every anomaly and every ownerless commit carries
+a stated reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pipelines.decode.records import encode_key, encode_value
+from pipelines.demo import DemoManifest, generate_cluster
+from pipelines.ingest import IngestReport, ensure_tables, ingest_segments_local, process_batch
+from pipelines.lake.engines import DeltaRsEngine
+from pipelines.reconcile.cluster import snapshot_from_recorded
+from pipelines.reconcile.quality import run_quality_gate
+from pipelines.reconcile.snapshot import store_snapshot
+from pipelines.sources.segment_source import cluster_of, read_range
+from pipelines.sources.segments import SegmentWriter, find_segments
+from pipelines.state.audit import KINDS, REASONS
+from tests.conftest import table_rows
+from tests.test_state_exact import ingest_split
+
+log = logging.getLogger(__name__)
+T0 = 1_795_000_000_000  # ms
+
+
+def raw_records(data: Path) -> pa.Table:
+    """Every record of a segment directory, per-partition log order (empty partitions skipped)."""
+    batches = [b for plog in find_segments(data)
+               for b in read_range(plog, 0, 1 << 62, cluster_of(plog, "default"))]
+    return pa.Table.from_batches(batches)
+
+
+def _anomalies(lake: Path) -> set[tuple]:
+    return {(r["kind"], r["group_id"], r["topic"], r["partition"], r["committed_offset"])
+            for r in table_rows(lake, "offset_anomalies")}
+
+
+# ------------------------------------------------------------------ the demo against its manifest
+
+
+@pytest.fixture(scope="module")
+def demo_lakes(tmp_path_factory: pytest.TempPathFactory) -> tuple[DemoManifest, Path, Path]:
+    """The demo ingested twice (one batch; batches of 613 records), its live capture stored."""
+    root = tmp_path_factory.mktemp("audit-demo")
+    manifest = generate_cluster(root / "data")
+    one = root / "one"
+    ingest_segments_local(root / "data", one)
+    raw = raw_records(root / "data")
+    many = root / "many"
+    ingest_split(raw, many, list(range(613, raw.num_rows, 613)))
+    for lake in (one, many):
+        store_snapshot(DeltaRsEngine(lake), snapshot_from_recorded(root / "data" / "live"))
+    return manifest, one, many
+
+
+def test_demo_anomalies_are_exactly_the_manifests(demo_lakes: tuple[DemoManifest, Path, Path]) -> None:
+    manifest, one, _ = demo_lakes
+    expected = {(a["kind"], a["group"], a["topic"], a["partition"], a["committed_offset"])
+                for a in manifest.audit["anomalies"]}
+    # what the story wrote: one owner rewind, four rewinds by the admin reset, one zombie,
+    # one commit past the log end
+    assert Counter(k for k, *_ in expected) == {"offset_rewind": 5, "zombie_commit": 1, "past_log_end": 1}
+    assert _anomalies(one) == expected
+    rows = {(r["kind"], r["topic"], r["partition"], r["committed_offset"]): r
+            for r in table_rows(one, "offset_anomalies")}
+    past = next(r for k, r in rows.items() if k[0] == "past_log_end")
+    floor = manifest.audit["log_end_floor"][0]["offset"]
+    assert past["detected_by"] == "snapshot" and floor <= past["log_end_offset"] < past["committed_offset"]
+    assert past["severity"] == "critical" and past["snapshot_id"]
+    zombie = next(r for k, r in rows.items() if k[0] == "zombie_commit")
+    assert (zombie["severity"], zombie["attribution"], zombie["member_id"]) == ("critical", "zombie", None)
+    for (kind, _t, _p, _o), r in rows.items():
+        if kind == "offset_rewind":  # evidence: the previous offset, above the new one
+            assert r["previous_offset"] is not None and r["previous_offset"] > r["committed_offset"]
+            assert r["severity"] == ("warning" if r["attribution"] == "owner" else "info")
+
+
+def test_demo_attribution_matches_the_manifest(demo_lakes: tuple[DemoManifest, Path, Path]) -> None:
+    manifest, one, _ = demo_lakes
+    rows = table_rows(one, "commit_attribution")
+    story = Counter((r["topic"], r["partition"], r["committed_offset"], r["attribution"], r["client_id"])
+                    for r in rows if r["group_id"] == "audit-trail")
+    expected = Counter((a["topic"], a["partition"], a["committed_offset"], a["attribution"], a["client_id"])
+                       for a in manifest.audit["attribution"])
+    assert story == expected
+    (zombie,) = [r for r in rows if r["attribution"] == "zombie"]
+    assert zombie["last_owner_client_id"] == "audit-consumer-a" and zombie["reason"] == REASONS["zombie"]
+    simple = {g for g, v in manifest.groups.items() if v["group_type"] == "simple"}
+    assert simple == {"spark-ingest", "flink-checkpoints", "txn-standalone"}
+    for r in rows:
+        if r["group_id"] == "audit-trail":
+            continue
+        # every other story's commits: by their owner, or (simple groups) by nobody ever
+        assert r["attribution"] == ("no_membership" if r["group_id"] in simple else "owner"), r
+        assert (r["member_id"] is None) == (r["group_id"] in simple)
+        assert (r["reason"] is None) == (r["attribution"] == "owner")
+    commits = [r for r in table_rows(one, "offset_commits") if not r["is_tombstone"]]
+    assert len(rows) == len(commits)
+
+
+def test_demo_audit_tables_do_not_depend_on_batch_boundaries(
+        demo_lakes: tuple[DemoManifest, Path, Path]) -> None:
+    _, one, many = demo_lakes
+    assert table_rows(one, "commit_attribution") == table_rows(many, "commit_attribution")
+    assert table_rows(one, "offset_anomalies", drop=("detected_at",)) == \
+        table_rows(many, "offset_anomalies", drop=("detected_at",))
+
+
+def test_quality_gate_counts_anomalies_and_fails_only_on_request(
+        demo_lakes: tuple[DemoManifest, Path, Path]) -> None:
+    manifest, one, _ = demo_lakes
+    engine = DeltaRsEngine(one)
+    expected = dict.fromkeys(KINDS, 0) | Counter(a["kind"] for a in manifest.audit["anomalies"])
+    report = run_quality_gate(engine, num_partitions=manifest.num_partitions, data_docs=False)
+    assert report.anomalies == expected
+    assert not [o for o in report.outcomes if o.table == "offset_anomalies"]  # warnings only
+    assert report.summary()["anomalies"]["warnings"] == {k: n for k, n in expected.items() if n}
+    strict = run_quality_gate(engine, num_partitions=manifest.num_partitions, data_docs=False,
+                              fail_on_anomalies=("zombie_commit", "leader_epoch_regression"))
+    (outcome,) = [o for o in strict.outcomes if o.table == "offset_anomalies"]
+    assert not outcome.success and outcome.unexpected_count == 1 and not strict.passed
+    fine = run_quality_gate(engine, num_partitions=manifest.num_partitions, data_docs=False,
+                            fail_on_anomalies=("leader_epoch_regression",))
+    assert [o.success for o in fine.outcomes if o.table == "offset_anomalies"] == [True]
+    with pytest.raises(ValueError, match="unknown anomaly kind"):
+        run_quality_gate(engine, num_partitions=manifest.num_partitions, data_docs=False,
+                         fail_on_anomalies=("rewinds",))
+
+
+# ------------------------------------------------------------------ hand-built logs, every split
+
+
+def _offset(group: str, partition: int, offset: int | None, epoch: int = -1) -> tuple[bytes, bytes | None]:
+    key = encode_key(1, {"group": group, "topic": "t", "partition": partition})
+    if offset is None:
+        return key, None
+    return key, encode_value(1, 3, {"offset": offset, "leader_epoch": epoch, "metadata": "",
+                                    "commit_timestamp": T0})
+
+
+def _group_tombstone(group: str) -> tuple[bytes, None]:
+    return encode_key(2, {"group": group}), None
+
+
+def test_sequence_kinds_on_any_split(tmp_path: Path) -> None:
+    """Rewind and leader-epoch regression against the previous commit (forgotten after an
+    offset tombstone); a commit after DeleteGroups (offset tombstones, then the group
+    tombstone) is flagged once; a lone group tombstone (classic -> consumer conversion) is not."""
+    records = [
+        _offset("g", 0, 10, 5), _offset("g", 0, 12, 4), _offset("g", 0, 8, 5),  # regression, rewind
+        _offset("g", 0, None), _offset("g", 0, 3, 1),  # after a tombstone: nothing to compare
+        _offset("d", 0, 5), _offset("d", 0, None), _group_tombstone("d"),  # DeleteGroups
+        _offset("d", 0, 7), _offset("d", 0, 9),  # the first recreates the group
+        _offset("c", 0, 5), _group_tombstone("c"), _offset("c", 0, 6),  # conversion: no anomaly
+    ]
+    with SegmentWriter(tmp_path / "data", 0) as w:
+        for i, rec in enumerate(records):
+            w.append([rec], timestamp=T0 + i)
+    raw = raw_records(tmp_path / "data")
+    expected = {("leader_epoch_regression", "g", "t", 0, 12), ("offset_rewind", "g", "t", 0, 8),
+                ("commit_after_group_deleted", "d", "t", 0, 7)}
+    for cuts in ([], [1], [2], [6], [7], [8], [3, 9, 11], list(range(1, len(records)))):
+        lake = tmp_path / f"lake-{'-'.join(map(str, cuts))}"
+        ingest_split(raw, lake, cuts)
+        assert _anomalies(lake) == expected, cuts
+        rows = {r["kind"]: r for r in table_rows(lake, "offset_anomalies")}
+        assert rows["offset_rewind"]["previous_offset"] == 12
+        assert rows["leader_epoch_regression"]["previous_leader_epoch"] == 5
+        attribution = {r["attribution"] for r in table_rows(lake, "commit_attribution")}
+        assert attribution == {"no_membership"}  # no group ever had a member here
+
+
+# ------------------------------------------------------------------ the real corpus
+
+
+def test_every_anomaly_on_the_real_corpus_has_a_reason(corpus: Path, tmp_path: Path) -> None:
+    """Golden recordings and every public data directory: each anomaly has a known kind, a
+    severity and a reason; each commit without an owner says why. Counts go to the log."""
+    lake = tmp_path / "lake"
+    # every data directory of the corpus (golden recordings, public ones), each its own
+    # cluster (several public ones share a quickstart cluster.id), in one batch
+    batches = [b for plog in find_segments(corpus)
+               for b in read_range(plog, 0, 1 << 62, str(plog.directory.parent.relative_to(corpus)))]
+    engine = DeltaRsEngine(lake)
+    ensure_tables(engine)
+    process_batch(engine, pa.Table.from_batches(batches), 0, "corpus", IngestReport())
+    clusters = {r["cluster_id"] for r in table_rows(lake, "commit_attribution")}
+    assert len(clusters) >= 10
+    kinds: Counter = Counter()
+    attributions: Counter = Counter()
+    for r in table_rows(lake, "offset_anomalies"):
+        assert r["kind"] in KINDS and r["severity"] in ("info", "warning", "critical") and r["reason"], r
+        kinds[(r["kind"], r["attribution"])] += 1
+    for r in table_rows(lake, "commit_attribution"):
+        attributions[r["attribution"]] += 1
+        assert (r["reason"] is None) == (r["attribution"] == "owner"), r
+        assert r["reason"] is None or r["reason"] == REASONS[r["attribution"]]
+    log.warning("real corpus: %d clusters, attribution %s, anomalies %s", len(clusters),
+                dict(attributions), dict(kinds))
+    # golden scenario-d's kafka-streams-groups.sh --reset-offsets --shift-by -5: rewinds of 5
+    rewinds = [r for r in table_rows(lake, "offset_anomalies")
+               if r["group_id"] == "d-streams-reset" and r["kind"] == "offset_rewind"]
+    assert rewinds and all(r["previous_offset"] - r["committed_offset"] == 5 for r in rewinds)
+
+
+@pytest.fixture
+def corpus() -> Path:
+    from tests.conftest import corpus_path
+
+    return corpus_path()
+
+
+def test_attribution_schema_is_documented() -> None:
+    """Every column of the two analyst-facing tables carries a comment."""
+    from pipelines.lake.contracts import contract
+
+    for name in ("commit_attribution", "offset_anomalies"):
+        schema = contract(name).arrow_schema
+        assert all(f.metadata and f.metadata.get(b"comment") for f in schema), name
+        assert pa.types.is_timestamp(schema.field("commit_timestamp").type)
