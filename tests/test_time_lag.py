@@ -8,6 +8,8 @@ counters, so "one Fetch per broker, not per partition" is asserted, not assumed.
 from __future__ import annotations
 
 import datetime as dt
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -143,7 +145,7 @@ def test_thousand_partitions_cost_a_few_fetches_per_broker_not_one_per_partition
 
     assert fetches == brokers * 3, fetches  # offsets 0, 2 and the newest (3)
     assert set(per_broker.values()) == {3}
-    assert list_offsets <= brokers * 5  # HW + LSO of the offsets topic; HW, LSO, start of held
+    assert list_offsets <= brokers * 6  # offsets topic HW + LSO; held HW, LSO, start, by time
     assert max(fetch_versions) >= 4
     lag = _lag(snap.lag)
     assert len(lag) == 2 * partitions
@@ -170,6 +172,26 @@ def test_fetch_refused_by_acls_is_a_reason_not_a_failure() -> None:
     row = _lag(snap.lag)[("g", "t", 0)]
     assert row.lag == 2
     assert (row.time_lag_ms, row.time_lag_reason) == (None, "fetch_error:TOPIC_AUTHORIZATION_FAILED")
+
+
+def test_producers_rate_from_list_offsets_by_timestamp() -> None:
+    """produce_rate: ListOffsets by timestamp (one request per broker) finds the first offset
+    of the 15 minutes before the capture: 10 records older than that, 30 inside -> 30 / 900
+    offsets per second; a partition with nothing that recent -> 0."""
+    now = int(time.time() * 1000)
+    with FakeKafkaCluster(num_brokers=2) as fk:
+        fk.add_topic("t", 2)
+        fk.append_records("t", 0, record_batch([(b"k", b"v")] * 10, timestamp_ms=now - 1_200_000))
+        fk.append_records("t", 0, record_batch([(b"k", b"v")] * 30, timestamp_ms=now - 300_000))
+        fk.append_records("t", 1, record_batch([(b"k", b"v")] * 5, timestamp_ms=now - 3_600_000))
+        fk.commit("g", "t", 0, 4)
+        fk.commit("g", "t", 1, 2)
+        snap = capture_snapshot(fk.bootstrap_servers, **FAST)
+        list_offsets = fk.requests_for("ListOffsets")
+    lag = _lag(snap.lag)
+    assert lag[("g", "t", 0)].produce_rate == 30 / 900
+    assert lag[("g", "t", 1)].produce_rate == 0.0
+    assert len(list_offsets) <= 2 * 6  # 6 ListOffsets rounds, each one request per broker
 
 
 def test_an_undecodable_batch_is_a_reason_and_the_rest_is_read() -> None:
@@ -227,7 +249,8 @@ def test_older_lake_gains_the_time_lag_columns_in_place(tmp_path: Path) -> None:
     engine = DeltaRsEngine(tmp_path / "lake")
     now = dt.datetime(2026, 11, 24, tzinfo=UTC)
     new_lag = ["committed_timestamp", "newest_offset", "newest_timestamp", "time_lag_ms",
-               "time_lag_reason", "commit_rate", "est_catch_up_s", "committed_past_end"]
+               "time_lag_reason", "commit_rate", "est_catch_up_s", "committed_past_end",
+               "produce_rate"]
     for name, drop, row in [
         ("snapshot_lag", new_lag, {"group_id": "g", "topic": "t", "partition": 0,
                                    "committed_offset": 1, "log_end_offset": 3, "lag": 2}),
@@ -290,6 +313,10 @@ def _check_catch_up_estimate(engine) -> None:
     est = {r.partition: (r.commit_rate, r.est_catch_up_s)
            for r in with_catch_up_estimates(engine, snap, "c").lag}
     assert est == {0: (1.0, 300.0), 1: (None, None), 2: (None, 0.0)}
+    # producers adding 0.5 offsets/s halve the net pace; at 1.0 the group never gains
+    for produced, eta in ((0.5, 600.0), (1.0, None), (2.0, None)):
+        busy = replace(snap, lag=[replace(snap.lag[0], produce_rate=produced)])
+        assert with_catch_up_estimates(engine, busy, "c").lag[0].est_catch_up_s == eta
 
 
 def test_catch_up_estimate_from_the_commit_history(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@
 -- the snapshot saw the lake's committed offset); partitions_with_time_lag says over how many.
 -- commit_rate sums the partitions' recent commit rates (offsets per second, rounded to 6
 -- decimals so that both engines' summation orders agree); est_catch_up_s
--- is an ESTIMATE: the slowest partition's lag / its commit rate (partitions are consumed in
--- parallel), null when a lagging partition has no commit rate.
+-- is an ESTIMATE: the slowest partition's lag / (its commit rate - its producers' rate)
+-- (partitions are consumed in parallel), null when a lagging partition is not gaining.
 --
 -- Parameters:
 --   :group_id     string  null  only this group
@@ -47,7 +47,7 @@ ends AS (
 ),
 times AS (
     SELECT t.cluster_id, t.group_id, t.topic, t.partition, t.committed_offset, t.time_lag_ms,
-           t.commit_rate
+           t.commit_rate, t.produce_rate
     FROM snapshot_lag t
     JOIN latest l ON l.cluster_id = t.cluster_id AND l.snapshot_id = t.snapshot_id
 ),
@@ -59,7 +59,7 @@ partition_lag AS (
                 ELSE CAST(0 AS BIGINT) END AS lag,
            CASE WHEN t.committed_offset = o.committed_offset THEN t.time_lag_ms
                 ELSE CAST(NULL AS BIGINT) END AS time_lag_ms,
-           t.commit_rate
+           t.commit_rate, t.produce_rate
     FROM committed_offsets o
     LEFT JOIN latest l ON l.cluster_id = o.cluster_id
     LEFT JOIN ends e
@@ -73,7 +73,8 @@ partition_lag AS (
 partition_eta AS (
     SELECT p.*,
            CASE WHEN p.lag = 0 THEN CAST(0 AS DOUBLE)
-                WHEN p.commit_rate > 0 THEN p.lag / p.commit_rate
+                WHEN p.commit_rate > COALESCE(p.produce_rate, 0)
+                     THEN p.lag / (p.commit_rate - COALESCE(p.produce_rate, 0))
                 ELSE CAST(NULL AS DOUBLE) END AS est_catch_up_s
     FROM partition_lag p
 )

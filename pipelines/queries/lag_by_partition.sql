@@ -12,8 +12,9 @@
 -- at the committed offset; 0 when caught up), shown only when the snapshot saw the same
 -- committed offset as the lake; otherwise null, and time_lag_reason says why
 -- (committed_since_snapshot, no_time_lag_in_snapshot, or the snapshot's own reason, e.g.
--- committed_before_log_start). est_catch_up_s is an ESTIMATE: lag / the partition's recent
--- commit rate (offsets per second in the lake's history before the snapshot).
+-- committed_before_log_start). est_catch_up_s is an ESTIMATE: lag / (the partition's recent
+-- commit rate in the lake's history - the producers' rate the snapshot measured, both in
+-- offsets per second over the 15 minutes before it); null when the group is not gaining.
 --
 -- Parameters:
 --   :group_id     string  null  only this group
@@ -23,8 +24,8 @@
 --
 -- Columns: cluster_id, group_id, topic, partition, committed_offset, commit_timestamp,
 --   log_end_offset, last_stable_offset, lag, time_lag_ms, time_lag_reason,
---   committed_timestamp, newest_timestamp, commit_rate, est_catch_up_s, snapshot_id,
---   captured_at, committed_after_snapshot. Ordered by lag, largest first.
+--   committed_timestamp, newest_timestamp, commit_rate, produce_rate, est_catch_up_s,
+--   snapshot_id, captured_at, committed_after_snapshot. Ordered by lag, largest first.
 WITH snapshots AS (
     SELECT s.cluster_id, s.snapshot_id, MAX(s.captured_at) AS captured_at
     FROM snapshot_log_end_offsets s
@@ -49,7 +50,8 @@ ends AS (
 ),
 times AS (
     SELECT t.cluster_id, t.group_id, t.topic, t.partition, t.committed_offset, t.time_lag_ms,
-           t.time_lag_reason, t.committed_timestamp, t.newest_timestamp, t.commit_rate
+           t.time_lag_reason, t.committed_timestamp, t.newest_timestamp, t.commit_rate,
+           t.produce_rate
     FROM snapshot_lag t
     JOIN latest l ON l.cluster_id = t.cluster_id AND l.snapshot_id = t.snapshot_id
 ),
@@ -61,7 +63,7 @@ partition_lag AS (
                      THEN e.log_end_offset - o.committed_offset
                 ELSE CAST(0 AS BIGINT) END AS lag,
            t.committed_offset AS snapshot_committed_offset, t.time_lag_ms, t.time_lag_reason,
-           t.committed_timestamp, t.newest_timestamp, t.commit_rate,
+           t.committed_timestamp, t.newest_timestamp, t.commit_rate, t.produce_rate,
            l.snapshot_id, l.captured_at
     FROM committed_offsets o
     LEFT JOIN latest l ON l.cluster_id = o.cluster_id
@@ -86,9 +88,10 @@ SELECT p.cluster_id, p.group_id, p.topic, p.partition, p.committed_offset, p.com
             ELSE CAST(NULL AS STRING) END AS time_lag_reason,
        CASE WHEN p.snapshot_committed_offset = p.committed_offset THEN p.committed_timestamp
             END AS committed_timestamp,
-       p.newest_timestamp, p.commit_rate,
+       p.newest_timestamp, p.commit_rate, p.produce_rate,
        CASE WHEN p.lag = 0 THEN CAST(0 AS DOUBLE)
-            WHEN p.commit_rate > 0 THEN p.lag / p.commit_rate
+            WHEN p.commit_rate > COALESCE(p.produce_rate, 0)
+                 THEN p.lag / (p.commit_rate - COALESCE(p.produce_rate, 0))
             ELSE CAST(NULL AS DOUBLE) END AS est_catch_up_s,
        p.snapshot_id, p.captured_at,
        p.commit_timestamp > p.captured_at AS committed_after_snapshot

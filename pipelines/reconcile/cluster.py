@@ -44,12 +44,14 @@ from kafka.protocol.schemas import StructField
 from pipelines.kafka_options import KafkaSecurityError, normalize, probe
 from pipelines.reconcile.record_times import (
     CAUGHT_UP,
+    RATE_WINDOW_S,
     RecordTime,
     RecordTimes,
     fetch_record_times,
     ms_to_datetime,
     newest_offset,
     plan,
+    produce_rate,
     time_lag,
 )
 
@@ -279,6 +281,8 @@ class LagRow:
     # estimate from the lake's commit history (filled when stored, see snapshot.py)
     commit_rate: float | None = None  # offsets per second over the recent window
     est_catch_up_s: float | None = None
+    # producers' offsets per second over the same window (ListOffsets by timestamp)
+    produce_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -322,7 +326,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("committed_past_end", pa.bool_()), ("committed_timestamp", _TS),
         ("newest_offset", pa.int64()), ("newest_timestamp", _TS), ("time_lag_ms", pa.int64()),
         ("time_lag_reason", pa.string()), ("commit_rate", pa.float64()),
-        ("est_catch_up_s", pa.float64())]),
+        ("est_catch_up_s", pa.float64()), ("produce_rate", pa.float64())]),
     "snapshot_points": _table_schema([
         ("offsets_partition", pa.int32()), ("high_watermark", pa.int64()),
         ("last_stable_offset", pa.int64())]),
@@ -428,7 +432,8 @@ def _group_type(value: str | None) -> str:
 
 
 def _lag_rows(offsets: Iterable[OffsetRow], ends: Iterable[LogEndOffsetRow],
-              times: RecordTimes | None = None) -> list[LagRow]:
+              times: RecordTimes | None = None,
+              window_starts: Mapping[tuple[str, int], int | None] | None = None) -> list[LagRow]:
     """Offset lag and time lag per (group, topic, partition). ``times`` None (a recorded
     capture): the log was not read, so only a caught-up partition has a time lag (0)."""
     marks = {(e.topic, e.partition): e for e in ends}
@@ -462,7 +467,8 @@ def _lag_rows(offsets: Iterable[OffsetRow], ends: Iterable[LogEndOffsetRow],
             newest_offset=newest.offset if newest is not None else None,
             newest_timestamp=(ms_to_datetime(newest.timestamp_ms) if newest is not None
                               and newest.timestamp_ms is not None else None),
-            time_lag_ms=time_lag_ms, time_lag_reason=reason))
+            time_lag_ms=time_lag_ms, time_lag_reason=reason,
+            produce_rate=produce_rate(end, (window_starts or {}).get((r.topic, r.partition)))))
     return rows
 
 
@@ -501,6 +507,8 @@ class _Raw:
     # partitions the lake knows that OffsetFetch(topics=null) left out, asked by name
     refetched: dict[str, tuple[int, Any]] = field(default_factory=dict)
     starts: dict[tuple[str, int], int | None] = field(default_factory=dict)  # log start offsets
+    # first offset with a timestamp inside the catch-up window (ListOffsets by timestamp)
+    window_starts: dict[tuple[str, int], int | None] = field(default_factory=dict)
     times: RecordTimes | None = None  # records at committed offsets and newest (time lag)
 
 
@@ -935,6 +943,11 @@ class _Capture:
             raw.starts = {tp: starts.get(tp, (UNKNOWN_SERVER_ERROR, None))[1] for tp in held}
             raw.ends = [LogEndOffsetRow(t, p, *leo[(t, p)], raw.starts[(t, p)])
                         for t, p in held]
+            # the producers' recent pace, for the catch-up estimate (ListOffsets by timestamp)
+            since_ms = int(raw.captured_at.timestamp() * 1000) - RATE_WINDOW_S * 1000
+            found = await self._list_offsets(held, _READ_UNCOMMITTED, since_ms)
+            raw.window_starts = {tp: found[tp][1] if found.get(tp, (-1, None))[0] == NONE
+                                 else None for tp in held}
             # 6. the records at the committed offsets and the newest ones: exact time lag
             raw.times = await self._record_times(held)
         return raw
@@ -1027,7 +1040,8 @@ def _assemble(raw: _Raw, *, source: str, require_stable: bool) -> ClusterSnapsho
     return ClusterSnapshot(
         snapshot_id=_new_snapshot_id(captured_at), captured_at=captured_at, source=source,
         require_stable=require_stable, groups=groups, members=members, offsets=offsets,
-        log_end_offsets=raw.ends, lag=_lag_rows(offsets, raw.ends, raw.times), points=raw.points,
+        log_end_offsets=raw.ends, lag=_lag_rows(offsets, raw.ends, raw.times, raw.window_starts),
+        points=raw.points,
         errors=list(raw.errors), not_authorized=_refused(raw, groups, offsets),
         topic_names=dict(raw.topic_names))
 

@@ -47,6 +47,21 @@ PARTITION_BYTES = 4096
 MAX_PARTITION_BYTES = 16 << 20
 #: What a Fetch response may hold in all (the broker caps it at its fetch.max.bytes too).
 MAX_RESPONSE_BYTES = 32 << 20
+#: The recent window of the catch-up estimate: the group's commit rate (from the lake's
+#: history) and the producers' rate (ListOffsets by timestamp) over the same span.
+RATE_WINDOW_S = 900
+
+
+def produce_rate(end: int | None, offset_at_window_start: int | None,
+                 window_s: float = RATE_WINDOW_S) -> float | None:
+    """Offsets per second producers appended in the window: (high watermark - first offset
+    whose timestamp is within the window, from ListOffsets by timestamp) / window; 0 when no
+    record is that recent (the broker answers -1); None when unknown."""
+    if end is None or offset_at_window_start is None:
+        return None
+    if offset_at_window_start < 0:
+        return 0.0
+    return max(end - offset_at_window_start, 0) / window_s
 
 CAUGHT_UP = "caught_up"
 #: Why time_lag_ms is null (values of snapshot_lag.time_lag_reason).
@@ -341,6 +356,19 @@ def _handle(tp: tuple[str, int], offset: int, pd: Any,
     return False
 
 
-__all__ = ["CAUGHT_UP", "MAX_PARTITION_BYTES", "PARTITION_BYTES", "REASONS", "RecordTime",
-           "RecordTimes", "decode_records", "fetch_record_times", "ms_to_datetime",
-           "newest_offset", "plan", "time_lag"]
+__all__ = [
+    "CAUGHT_UP",
+    "MAX_PARTITION_BYTES",
+    "PARTITION_BYTES",
+    "RATE_WINDOW_S",
+    "REASONS",
+    "RecordTime",
+    "RecordTimes",
+    "decode_records",
+    "fetch_record_times",
+    "ms_to_datetime",
+    "newest_offset",
+    "plan",
+    "produce_rate",
+    "time_lag",
+]

@@ -35,6 +35,7 @@ from pipelines.kafka_options import normalize
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, DeltaRsEngine
 from pipelines.reconcile.cluster import ClusterSnapshot, capture_snapshot
+from pipelines.reconcile.record_times import RATE_WINDOW_S
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +155,13 @@ _ADDED_RUNS_COLUMNS = (("partial", "BOOLEAN"), ("not_authorized", "ARRAY<STRING>
 _ADDED_LAG_COLUMNS = (("committed_past_end", "BOOLEAN"), ("committed_timestamp", "TIMESTAMP"),
                       ("newest_offset", "BIGINT"), ("newest_timestamp", "TIMESTAMP"),
                       ("time_lag_ms", "BIGINT"), ("time_lag_reason", "STRING"),
-                      ("commit_rate", "DOUBLE"), ("est_catch_up_s", "DOUBLE"))
+                      ("commit_rate", "DOUBLE"), ("est_catch_up_s", "DOUBLE"),
+                      ("produce_rate", "DOUBLE"))
 #: snapshot_log_end_offsets' log start offset (issue 11).
 _ADDED_END_COLUMNS = (("log_start_offset", "BIGINT"),)
 
 #: How far back the commit rate behind ``est_catch_up_s`` looks (from captured_at).
-CATCH_UP_WINDOW = timedelta(minutes=15)
+CATCH_UP_WINDOW = timedelta(seconds=RATE_WINDOW_S)
 
 
 def commit_rates(engine: DeltaEngine, cluster_id: str, until: datetime,
@@ -207,7 +209,9 @@ def commit_rates(engine: DeltaEngine, cluster_id: str, until: datetime,
 def with_catch_up_estimates(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_id: str,
                             window: timedelta = CATCH_UP_WINDOW) -> ClusterSnapshot:
     """The snapshot with ``commit_rate`` / ``est_catch_up_s`` filled in its lag rows: an
-    ESTIMATE (lag / recent commit rate), documented as such in the contract."""
+    ESTIMATE, lag / (recent commit rate - the producers' rate over the same window when the
+    capture measured it), documented as such in the contract; None when the group is not
+    gaining on the producers."""
     if not snapshot.lag:
         return snapshot
     rates = commit_rates(engine, cluster_id, snapshot.captured_at, window)
@@ -216,8 +220,8 @@ def with_catch_up_estimates(engine: DeltaEngine, snapshot: ClusterSnapshot, clus
         rate = rates.get((r.group_id, r.topic, r.partition))
         if r.lag == 0:
             eta: float | None = 0.0
-        elif r.lag is not None and rate:
-            eta = r.lag / rate
+        elif r.lag is not None and rate and rate > (r.produce_rate or 0.0):
+            eta = r.lag / (rate - (r.produce_rate or 0.0))
         else:
             eta = None
         rows.append(replace(r, commit_rate=rate, est_catch_up_s=eta))

@@ -12,7 +12,8 @@ What it serves (see ``_API_SPECS`` for the version ranges it advertises):
   ConsumerGroupDescribe (KIP-848, api key 69, defined here with kafka-python's message
   machinery because kafka-python 3.0.12 has no class for it), OffsetFetch (v1-v8: null topics
   = all partitions from v2, many groups per request with per-group errors from v8,
-  require_stable from v7), ListOffsets and Fetch (v4-v12, real v2 record batches from an
+  require_stable from v7), ListOffsets (latest, earliest, and by timestamp over v2 batches)
+  and Fetch (v4-v12, real v2 record batches from an
   in-memory log, with high watermark, last stable offset and aborted transactions).
 * Every group-scoped request is routed like a real coordinator: a broker that does not own
   the group answers NOT_COORDINATOR; partition-scoped requests to a non-leader get
@@ -318,6 +319,19 @@ class FakePartition:
         first_open, _ = self._transactions()
         hw = self.high_watermark
         return hw if first_open < 0 else min(first_open, hw)
+
+    def offset_for_timestamp(self, target_ms: int) -> tuple[int, int]:
+        """ListOffsets by timestamp: (offset, timestamp) of the first record at or after
+        ``target_ms`` below the high watermark, (-1, -1) when there is none (as Kafka)."""
+        for b in self._batches:
+            if b.control or b.base_offset >= self.high_watermark:
+                continue
+            for record in DefaultRecordBatch(bytearray(b.data)) if b.data[16] >= 2 else ():
+                if record.offset < self.log_start_offset or record.offset >= self.high_watermark:
+                    continue
+                if record.timestamp >= target_ms:
+                    return record.offset, record.timestamp
+        return -1, -1
 
     def aborted_transactions(self, start: int, upper: int) -> list[tuple[int, int]]:
         """Aborted transactions overlapping [start, upper): what a read_committed fetch needs."""
@@ -1279,14 +1293,16 @@ class FakeKafkaCluster:
                 error, part = self._partition_for_request(broker, t.name, rp.partition_index)
                 if not self._allowed("describe_topics", t.name):
                     error, part = TOPIC_AUTHORIZATION_FAILED, None
-                offset = -1
+                offset, found_ts = -1, -1
                 if part is not None:
                     if rp.timestamp == _LATEST:
                         offset = part.last_stable_offset if committed_only else part.high_watermark
                     elif rp.timestamp == _EARLIEST:
                         offset = part.log_start_offset
+                    elif rp.timestamp >= 0:  # KIP-79: first offset with timestamp >= the given
+                        offset, found_ts = part.offset_for_timestamp(rp.timestamp)
                 parts.append(P(partition_index=rp.partition_index, error_code=error,
-                               old_style_offsets=[], timestamp=-1, offset=offset,
+                               old_style_offsets=[], timestamp=found_ts, offset=offset,
                                leader_epoch=part.leader_epoch if part is not None else -1))
             topics.append(T(name=t.name, partitions=parts))
         return R(version=version, throttle_time_ms=0, topics=topics)
