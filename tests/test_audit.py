@@ -229,3 +229,20 @@ def test_attribution_schema_is_documented() -> None:
         schema = contract(name).arrow_schema
         assert all(f.metadata and f.metadata.get(b"comment") for f in schema), name
         assert pa.types.is_timestamp(schema.field("commit_timestamp").type)
+
+
+def test_batch_read_back_filter_is_the_same_for_both_engines() -> None:
+    """The batch's positions as a Spark SQL predicate (delta-spark pushes it into Delta's
+    file skipping) and as a pyarrow expression (delta-rs) select the same rows."""
+    from pipelines.state.audit import PositionRanges
+
+    f = PositionRanges.of_ranges(pa.table({"cluster_id": ["a", "o'b"], "offsets_partition": [1, 2],
+                                           "min_offset": [3, 4], "max_offset": [9, 10]}))
+    assert f.to_sql() == ("((`cluster_id` = 'a' AND `offsets_partition` = 1 AND `offset` BETWEEN 3 AND 9) OR "
+                          "(`cluster_id` = 'o\\'b' AND `offsets_partition` = 2 AND `offset` BETWEEN 4 AND 10))")
+    rows = pa.table({"cluster_id": ["a", "a", "a", "o'b", "o'b", "b"],
+                     "offsets_partition": pa.array([1, 1, 2, 2, 2, 2], pa.int32()),
+                     "offset": pa.array([3, 10, 5, 4, 11, 5], pa.int64())})
+    assert rows.filter(f.to_arrow()).to_pylist() == [
+        {"cluster_id": "a", "offsets_partition": 1, "offset": 3},
+        {"cluster_id": "o'b", "offsets_partition": 2, "offset": 4}]

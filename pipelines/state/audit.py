@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -31,7 +32,7 @@ import pyarrow.compute as pc
 from pipelines.history.tables import StateInput
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import OP, DeltaEngine
-from pipelines.lake.keys import KeyFilter
+from pipelines.lake.keys import KeyFilter, quote_identifier, sql_literal
 from pipelines.state import topics
 
 log = logging.getLogger(__name__)
@@ -96,19 +97,46 @@ def ensure_tables(engine: DeltaEngine) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class PositionRanges(KeyFilter):
+    """Rows of (cluster, offsets partition) keys with ``offset`` within a range per key:
+    pushed into both engines' scans like any :class:`KeyFilter` (file statistics on
+    ``offset`` skip the history files of other batches)."""
+
+    ranges: tuple[tuple[str, int, int, int], ...] = ()
+
+    @classmethod
+    def of_ranges(cls, ranges: pa.Table) -> PositionRanges:
+        rows = tuple((r["cluster_id"], r["offsets_partition"], r["min_offset"], r["max_offset"])
+                     for r in ranges.to_pylist())
+        return cls(("cluster_id", "offsets_partition"), frozenset((c, p) for c, p, _, _ in rows), (), rows)
+
+    def to_sql(self, alias: str | None = None) -> str:
+        if not self.ranges:
+            return "FALSE"
+
+        def q(column: str) -> str:
+            return quote_identifier(column) if alias is None else f"{alias}.{quote_identifier(column)}"
+
+        terms = [f"({q('cluster_id')} = {sql_literal(c)} AND {q('offsets_partition')} = {p} AND "
+                 f"{q('offset')} BETWEEN {lo} AND {hi})" for c, p, lo, hi in self.ranges]
+        return "(" + " OR ".join(terms) + ")"
+
+    def to_arrow(self) -> pc.Expression:
+        expr = pc.scalar(False)
+        for c, p, lo, hi in self.ranges:
+            expr = expr | (KeyFilter.of(("cluster_id", "offsets_partition"), {(c, p)}).to_arrow()
+                           & (pc.field("offset") >= lo) & (pc.field("offset") <= hi))
+        return expr
+
+
 def batch_commits(engine: DeltaEngine, batch: StateInput) -> pa.Table:
     """Every offset-commit row of this batch, read back from the ``offset_commits`` history
     (the driver holds only the batch's state rows), in log order, one row per position."""
     ranges = batch.commit_ranges
     if ranges is None or ranges.num_rows == 0:
         return contract("offset_commits").arrow_schema.empty_table().select(_COMMIT_COLUMNS)
-    expr = None
-    for r in ranges.to_pylist():
-        term = (KeyFilter.of(("cluster_id", "offsets_partition"),
-                             {(r["cluster_id"], r["offsets_partition"])}).to_arrow()
-                & (pc.field("offset") >= r["min_offset"]) & (pc.field("offset") <= r["max_offset"]))
-        expr = term if expr is None else expr | term
-    table = engine.read("offset_commits", _COMMIT_COLUMNS, expr)
+    table = engine.read("offset_commits", _COMMIT_COLUMNS, PositionRanges.of_ranges(ranges))
     return _dedupe_positions(table)
 
 
