@@ -428,7 +428,12 @@ def _after_deletion(commits: pa.Table, events: list[tuple[str, str, Any]], curso
     before = {(r["cluster_id"], r["group_id"]): r for r in cursor if r["partition"] < 0}
     state = {k: {"deleted_at": r["group_deleted_at"], "offsets_deleted": bool(r["offsets_deleted"])}
              for k, r in before.items()}
-    detailed = {k for k, v in state.items() if v["deleted_at"] is not None} | {(c, g) for c, g, _ in events}
+    # the log-order walk is only needed where a deletion is pending or a group tombstone lands
+    # (rare); elsewhere a group record only clears a deletion there is none of
+    detailed = {k for k, v in state.items() if v["deleted_at"] is not None} | {
+        (c, g) for c, g, r in events if r.is_tombstone}
+    for c, g, _ in events:
+        state.setdefault((c, g), {"deleted_at": None, "offsets_deleted": False})
     out = []
     if commits.num_rows:  # every group: was its last offset record of the batch a tombstone?
         from pipelines.state.offsets import last_per_key
