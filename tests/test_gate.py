@@ -139,7 +139,8 @@ def _group_state(lake_group: dict, broker: GroupRow, lake_members: set[str] = fr
     lake.members["g"] = set(lake_members)
     snap = SnapshotState(info=SnapshotInfo("s", "default", NOW, "t", False, 1))
     snap.groups["g"] = {"group_type": broker.group_type, "group_state": broker.group_state,
-                        "protocol_type": broker.protocol_type, "error_code": 0, "error_name": None}
+                        "protocol_type": broker.protocol_type, "error_code": 0, "error_name": None,
+                        "group_epoch": broker.group_epoch, "assignment_epoch": broker.assignment_epoch}
     if broker_members is not None:
         snap.members["g"] = set(broker_members)
     snap.points[0] = (10, 10)
@@ -166,3 +167,20 @@ def test_share_and_streams_states_and_members_are_compared(group_type: str) -> N
     assert (state["classification"], state["explained"]) == ("state_mismatch", False)
     members = _group_state(lake, GroupRow("g", group_type, "Stable", group_type, None, 1), {"m1"}, {"m2"})
     assert (members["classification"], members["explained"]) == ("member_mismatch", False)
+
+
+@pytest.mark.parametrize("group_type", ["consumer", "share", "streams"])
+def test_described_epochs_are_compared(group_type: str) -> None:
+    """Where the broker described the group (ConsumerGroupDescribe, ShareGroupDescribe,
+    StreamsGroupDescribe), its group and assignment epochs must equal the log's."""
+    lake = {"group_type": group_type, "group_state": "Stable", "protocol_type": group_type,
+            "generation": 4, "assignment_epoch": 4}
+    broker = GroupRow("g", group_type, "Stable", group_type, None, 1)
+    assert _group_state(lake, broker)["classification"] == "match"  # not described: not compared
+    same = _group_state(lake, GroupRow("g", group_type, "Stable", group_type, None, 1,
+                                       group_epoch=4, assignment_epoch=4))
+    assert same["classification"] == "match"
+    behind = _group_state(lake, GroupRow("g", group_type, "Stable", group_type, None, 1,
+                                         group_epoch=5, assignment_epoch=4))
+    assert (behind["classification"], behind["explained"]) == ("state_mismatch", False)
+    assert "group epoch: lake 4 vs broker 5" in behind["detail"]

@@ -33,7 +33,7 @@ from pipelines.reconcile.cluster import (
 from pipelines.reconcile.snapshot import snapshot_summary, store_snapshot
 from tests.conftest import corpus_path
 
-BOOKKEEPING = {"ingested_at", "updated_at", "stored_at", "reconciled_at", "run_at"}
+BOOKKEEPING = {"ingested_at", "updated_at", "stored_at", "reconciled_at", "run_at", "detected_at"}
 _STATES = {"STABLE": "Stable", "EMPTY": "Empty", "ASSIGNING": "Assigning",
            "RECONCILING": "Reconciling", "DEAD": "Dead"}
 
@@ -162,10 +162,14 @@ def test_share_and_streams_groups_equal_their_describe(built: Built) -> None:
     lake = {r["group_id"]: r for r in built.rows("consumer_groups")}
     answers = {**_cli_states(files[0]), **_cli_states(files[1])}
     assert answers
+    snap = {r["group_id"]: r for r in built.rows("snapshot_groups")
+            if r["snapshot_id"] == built.snapshot.snapshot_id}
     for gid, (state, epoch, assignment_epoch, num) in answers.items():
         row = lake[gid]
         assert (row["group_state"], row["generation"], row["assignment_epoch"], row["num_members"]) == (
             state, epoch, assignment_epoch, num), gid
+        assert (snap[gid]["group_state"], snap[gid]["group_epoch"], snap[gid]["assignment_epoch"]) == (
+            state, epoch, assignment_epoch), gid
 
 
 def test_snapshot_tables_equal_the_recorded_answers(built: Built) -> None:

@@ -21,11 +21,12 @@ import copy
 import hashlib
 import json
 import logging
+import re
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -227,6 +228,9 @@ class GroupRow:
     coordinator_id: int | None
     error_code: int = NONE
     error_name: str | None = None
+    # consumer/share/streams groups: the epochs the broker described (None: not described)
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -308,7 +312,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     "snapshot_groups": _table_schema([
         ("group_id", pa.string()), ("group_type", pa.string()), ("group_state", pa.string()),
         ("protocol_type", pa.string()), ("protocol", pa.string()),
-        ("coordinator_id", pa.int32()), ("error_code", pa.int16()), ("error_name", pa.string())]),
+        ("coordinator_id", pa.int32()), ("error_code", pa.int16()), ("error_name", pa.string()),
+        ("group_epoch", pa.int32()), ("assignment_epoch", pa.int32())]),
     "snapshot_members": _table_schema([
         ("group_id", pa.string()), ("member_id", pa.string()),
         ("group_instance_id", pa.string()), ("client_id", pa.string()),
@@ -1008,9 +1013,11 @@ def _assemble(raw: _Raw, *, source: str, require_stable: bool) -> ClusterSnapsho
                         gid, m.member_id, m.group_instance_id, m.client_id, m.client_host,
                         _decode_assignment(m.member_assignment, gid, m.member_id)
                         if consumer_protocol else None))
+        epochs: tuple[int | None, int | None] = (None, None)
         if gid in raw.consumer_described:
             error, described = raw.consumer_described[gid]
             if described is not None:
+                epochs = (described.group_epoch, described.assignment_epoch)
                 state = state or described.group_state
                 protocol = described.assignor_name
                 for m in described.members:
@@ -1025,7 +1032,7 @@ def _assemble(raw: _Raw, *, source: str, require_stable: bool) -> ClusterSnapsho
         if error == NONE and gid in raw.coordinator_errors:
             error = raw.coordinator_errors[gid]
         groups.append(GroupRow(gid, gtype, state, protocol_type, protocol,
-                               raw.coordinators.get(gid), error, error_name(error)))
+                               raw.coordinators.get(gid), error, error_name(error), *epochs))
         code, topics = raw.fetched.get(gid, (NONE, []))
         if code != NONE:
             offsets.append(OffsetRow(gid, None, None, None, None, None, code, error_name(code)))
@@ -1212,6 +1219,23 @@ def _hex_bytes(value: Any) -> bytes | None:
     return None
 
 
+_CLI_STATE_ROW = re.compile(r"^(\S+)\s+\S+\s*\(\d+\)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$")
+
+
+def _recorded_cli_epochs(live: Path) -> dict[str, tuple[int, int]]:
+    """Group epoch and assignment epoch per share/streams group from a recording's
+    ``kafka-share-groups.sh`` / ``kafka-streams-groups.sh --describe --state --verbose``."""
+    out: dict[str, tuple[int, int]] = {}
+    for name in ("cli_share_describe_state.txt", "cli_streams_describe_state.txt"):
+        path = live / name
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                m = _CLI_STATE_ROW.match(line)
+                if m:
+                    out[m[1]] = (int(m[3]), int(m[4]))
+    return out
+
+
 def _recorded_cli_members(live: Path, types: dict[str, str]) -> list[MemberRow]:
     """Share and streams group members from a recording's ``kafka-share-groups.sh`` /
     ``kafka-streams-groups.sh --describe --members --verbose`` output (ShareGroupDescribe /
@@ -1315,6 +1339,11 @@ def snapshot_from_recorded(live_dir: Path | str, *, require_stable: bool = False
                                error_name(error)))
 
     members.extend(_recorded_cli_members(live, {g.group_id: g.group_type for g in groups}))
+    described_epochs = _recorded_cli_epochs(live)
+    groups = [replace(g, group_epoch=described_epochs[g.group_id][0],
+                      assignment_epoch=described_epochs[g.group_id][1])
+              if g.group_id in described_epochs and g.group_type in ("share", "streams") else g
+              for g in groups]
 
     fetch_file = live / ("offset_fetch_require_stable.json" if require_stable
                          else "offset_fetch.json")

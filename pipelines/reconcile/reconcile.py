@@ -34,7 +34,7 @@ not_authorized            no        the snapshot's principal was refused the gro
                                     ``--allow-partial`` (then counted as explained)
 type_mismatch             no        group rows: type or protocol type differ ('simple'
                                     in the lake = classic with protocol type '')
-state_mismatch            no        group rows: state differs
+state_mismatch            no        group rows: state (or a described group/assignment epoch) differs
 member_mismatch           no        group rows: member ids differ
 state_transient           yes       group rows: the broker is in an in-memory-only
                                     state (PreparingRebalance, CompletingRebalance,
@@ -162,7 +162,8 @@ def load_lake_state(engine: DeltaEngine, cluster_id: str) -> LakeState:
         state.offsets[(r["group_id"], r["topic"], r["partition"])] = r
     for r in _rows(engine, "consumer_groups",
                    ["group_id", "group_type", "group_state", "protocol_type", "num_members",
-                    "offsets_partition", "last_record_offset"], cluster_id):
+                    "offsets_partition", "last_record_offset", "generation", "assignment_epoch"],
+                   cluster_id):
         state.groups[r["group_id"]] = r
     for r in _rows(engine, "group_members", ["group_id", "member_id"], cluster_id):
         state.members.setdefault(r["group_id"], set()).add(r["member_id"])
@@ -454,6 +455,15 @@ def _classify_group(lake: LakeState, snap: SnapshotState, group_id: str,
     elif broker_state != lg["group_state"]:
         return _timing("state_mismatch", f"state: lake {lg['group_state']} vs broker {broker_state}",
                        pos, record_offset)
+    epochs = [(name, lg.get(lake_col), bg.get(broker_col))
+              for name, lake_col, broker_col in (("group epoch", "generation", "group_epoch"),
+                                                 ("assignment epoch", "assignment_epoch",
+                                                  "assignment_epoch"))
+              if lake_type in ("consumer", "share", "streams") and bg.get(broker_col) is not None
+              and lg.get(lake_col) is not None]  # None: the log kept no epoch record
+    differ = [f"{name}: lake {lk} vs broker {bk}" for name, lk, bk in epochs if lk != bk]
+    if differ:
+        return _timing("state_mismatch", "; ".join(differ), pos, record_offset)
     lake_members, broker_members = lake.members.get(group_id, set()), snap.members.get(group_id)
     if broker_members is not None and lake_members != broker_members:
         only_lake = sorted(lake_members - broker_members)

@@ -104,6 +104,7 @@ def store_snapshot(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_id: s
     _upgrade_runs_table(engine)
     _upgrade_runs_table(engine, "snapshot_lag", _ADDED_LAG_COLUMNS)
     _upgrade_runs_table(engine, "snapshot_log_end_offsets", _ADDED_END_COLUMNS)
+    _upgrade_runs_table(engine, "snapshot_groups", _ADDED_GROUP_COLUMNS)
     snapshot = with_catch_up_estimates(engine, snapshot, cluster_id)
     existing = _runs(engine, cluster_id, snapshot.snapshot_id)
     if existing and existing[0].require_stable != snapshot.require_stable:
@@ -159,6 +160,8 @@ _ADDED_LAG_COLUMNS = (("committed_past_end", "BOOLEAN"), ("committed_timestamp",
                       ("produce_rate", "DOUBLE"))
 #: snapshot_log_end_offsets' log start offset (issue 11).
 _ADDED_END_COLUMNS = (("log_start_offset", "BIGINT"),)
+#: the epochs the broker described (issue 12: share/streams/consumer groups reconciled)
+_ADDED_GROUP_COLUMNS = (("group_epoch", "INT"), ("assignment_epoch", "INT"))
 
 #: How far back the commit rate behind ``est_catch_up_s`` looks (from captured_at).
 CATCH_UP_WINDOW = timedelta(seconds=RATE_WINDOW_S)
@@ -249,6 +252,7 @@ def _upgrade_runs_table(engine: DeltaEngine, table: str = RUNS_TABLE,
         from deltalake.schema import ArrayType, PrimitiveType
 
         types = {"BOOLEAN": PrimitiveType("boolean"), "BIGINT": PrimitiveType("long"),
+                 "INT": PrimitiveType("integer"),
                  "DOUBLE": PrimitiveType("double"), "STRING": PrimitiveType("string"),
                  "TIMESTAMP": PrimitiveType("timestamp"),
                  "ARRAY<STRING>": ArrayType(PrimitiveType("string"), contains_null=True)}
