@@ -57,9 +57,11 @@ def _slug(group_id: str, index: int) -> str:
     return f"{index}-" + (re.sub(r"[^A-Za-z0-9_-]+", "-", group_id).strip("-")[:40] or "group")
 
 
-def read_group_rows(lake: str | LakeLocation, table: str, groups: list[str]) -> pa.Table | None:
+def read_group_rows(lake: str | LakeLocation, table: str, groups: list[str],
+                    columns: list[str] | None = None) -> pa.Table | None:
     """Rows of ``groups`` in lake table ``table`` with the table's *own* columns (not the
-    contract's), or None when the lake has no such table (written by an older offsetlake).
+    contract's; of ``columns``, those it has), or None when the lake has no such table
+    (written by an older offsetlake).
 
     Filtered in memory, not pushed into the scan: the files' statistics are string_view
     here, and pyarrow's pruning has no string/string_view comparison kernel for ``isin``.
@@ -68,16 +70,17 @@ def read_group_rows(lake: str | LakeLocation, table: str, groups: list[str]) -> 
     if dt is None:
         return None
     schema = pa.schema(dt.schema().to_arrow())
+    wanted = None if columns is None else [c for c in schema.names if c in {"group_id", *columns}]
     files = _plain_files(dt)
     if files is None:  # partition columns, deletion vectors: delta-rs reads it whole
-        data = dt.to_pyarrow_table()
+        data = dt.to_pyarrow_table(columns=wanted)
     elif not files:
-        return schema.empty_table()
+        return schema.empty_table() if wanted is None else schema.empty_table().select(wanted)
     elif any(_is_remote(f) for f in files):
         data = pads.dataset([where.fs_path(f) for f in files], filesystem=where.filesystem(),
-                            schema=schema, format="parquet").to_table()
+                            schema=schema, format="parquet").to_table(columns=wanted)
     else:
-        data = pads.dataset(files, schema=schema, format="parquet").to_table()
+        data = pads.dataset(files, schema=schema, format="parquet").to_table(columns=wanted)
     return data.filter(pc.is_in(data.column("group_id").cast(pa.string()),
                                 pa.array(groups, pa.string())))
 
@@ -309,7 +312,9 @@ def group_pages(con: Any, lake: str | LakeLocation, group: str | None) -> str:
         SELECT * FROM consumer_groups WHERE list_contains($groups, group_id)""", groups=groups)}
 
     lag = read_group_rows(lake, "snapshot_lag", groups)
-    attribution = read_group_rows(lake, "commit_attribution", groups)
+    attribution = read_group_rows(lake, "commit_attribution", groups, [
+        "record_timestamp", "commit_timestamp", "attribution", "member_id", "client_id",
+        "client_host", "group_instance_id"])
     anomalies = read_group_rows(lake, "offset_anomalies", groups)
     has_time_lag = lag is not None and "time_lag_ms" in lag.schema.names
     lag_rows, attr_rows, anomaly_rows = _by_group(lag), _by_group(attribution), _by_group(anomalies)
