@@ -207,9 +207,12 @@ def _generation_rows(engine: DeltaEngine, commits: pa.Table) -> pa.Table:
     gens = engine.read("group_generations", cols, KeyFilter.of(("cluster_id", "group_id"), groups))
     names = topics.known_names(engine, {c for c, _ in groups})
     if names and gens.num_rows:
-        fixed = [names.get((c, t), t) for c, t in zip(gens.column("cluster_id").to_pylist(),
-                                                       gens.column("topic").to_pylist(), strict=True)]
-        gens = gens.set_column(gens.column_names.index("topic"), "topic", pa.array(fixed, pa.string()))
+        keys = pa.array([f"{c}\x1f{i}" for c, i in names])
+        joined = pc.binary_join_element_wise(pc.cast(gens.column("cluster_id"), pa.string()),
+                                             pc.cast(gens.column("topic"), pa.string()), "\x1f")
+        found = pa.array(list(names.values()), pa.string()).take(pc.index_in(joined, value_set=keys))
+        fixed = pc.coalesce(found, pc.cast(gens.column("topic"), pa.string()))
+        gens = gens.set_column(gens.column_names.index("topic"), "topic", fixed)
     return gens
 
 
@@ -267,37 +270,41 @@ def attribute(commits: pa.Table, gens: pa.Table, now: datetime) -> pa.Table:
     started = np.searchsorted(starts, base + x, side="right") - np.searchsorted(starts, base, side="left")
     ended = np.searchsorted(ends, base + x, side="right") - np.searchsorted(ends, base, side="left")
     active = (started - ended) > 0
-    status = np.where(owner, "owner", np.where(active, np.where(has_row, "zombie", "unassigned"),
-                                               np.where(started > 0, "group_empty", "no_membership")))
+    codes = np.where(owner, 0, np.where(active, np.where(has_row, 1, 2), np.where(started > 0, 3, 4)))
     # an id-named KIP-848 row may be this very partition: not "unassigned" until the name is known
     unresolved = {g for g, t, k in zip(g_grp.tolist(), gens.column("topic").to_pylist(),
                                        gens.column("group_type").to_pylist(), strict=True)
                   if k != "classic" and _TOPIC_ID.match(t or "")}
     if unresolved:
-        maybe = (status == "unassigned") & np.isin(c_grp, np.fromiter(unresolved, np.int64))
-        status = np.where(maybe, "topic_unresolved", status)
+        codes = np.where((codes == 2) & np.isin(c_grp, np.fromiter(unresolved, np.int64)), 5, codes)
+    names = ["owner", "zombie", "unassigned", "group_empty", "no_membership", "topic_unresolved"]
+    status = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int8)), pa.array(names)).cast(pa.string())
+    reason = pa.DictionaryArray.from_arrays(
+        pa.array(codes.astype(np.int8), mask=codes == 0),
+        pa.array([""] + [REASONS[k] for k in names[1:]])).cast(pa.string())
 
-    def take(column: str, mask: np.ndarray) -> pa.Array:
-        if len(start) == 0:
-            return pa.nulls(n, gens.schema.field(column).type)
-        values = gens.column(column).take(pa.array(r_))
-        return pc.if_else(pa.array(mask), values, pa.scalar(None, values.type))
-
+    owner_cols = ["group_type", "generation", "member_id", "group_instance_id", "client_id",
+                  "client_host", "valid_from_offset"]
+    last_cols = ["member_id", "client_id", "client_host", "valid_to_offset"]
     last = has_row & ~owner
-    reasons = pa.array([None if s_ == "owner" else REASONS[s_] for s_ in status.tolist()], pa.string())
+    if len(start):  # a null index takes a null row
+        owners = gens.select(owner_cols).take(pa.array(r_, mask=~owner))
+        lasts = gens.select(last_cols).take(pa.array(r_, mask=~last))
+    else:
+        owners = gens.select(owner_cols).schema.empty_table()
+        owners = pa.table({c: pa.nulls(n, owners.schema.field(c).type) for c in owner_cols})
+        lasts = pa.table({c: pa.nulls(n, gens.schema.field(c).type) for c in last_cols})
     table = pa.table({
         **{c: commits.column(c) for c in ("cluster_id", "group_id", "topic", "partition", "committed_offset",
                                           "leader_epoch", "commit_timestamp", "offsets_partition", "offset",
                                           "record_timestamp")},
-        "attribution": pa.array(status.astype(object), pa.string()), "reason": reasons,
-        "group_type": take("group_type", owner), "generation": take("generation", owner),
-        "member_id": take("member_id", owner), "group_instance_id": take("group_instance_id", owner),
-        "client_id": take("client_id", owner), "client_host": take("client_host", owner),
-        "owner_valid_from_offset": take("valid_from_offset", owner),
-        "last_owner_member_id": take("member_id", last), "last_owner_client_id": take("client_id", last),
-        "last_owner_client_host": take("client_host", last),
-        "last_owner_lost_at_offset": take("valid_to_offset", last),
-        "updated_at": pa.array([now] * n, TS),
+        "attribution": status, "reason": reason,
+        **{c: owners.column(c) for c in owner_cols[:-1]},
+        "owner_valid_from_offset": owners.column("valid_from_offset"),
+        "last_owner_member_id": lasts.column("member_id"), "last_owner_client_id": lasts.column("client_id"),
+        "last_owner_client_host": lasts.column("client_host"),
+        "last_owner_lost_at_offset": lasts.column("valid_to_offset"),
+        "updated_at": pa.array(np.full(n, np.datetime64(now.replace(tzinfo=None), "us")), TS),
     })
     return spec.conform(table)
 
