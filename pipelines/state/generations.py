@@ -2,7 +2,8 @@
 
 A classic GroupMetadata record starts a generation: the previous generation's rows are
 closed and one row per (member, partition) of the new assignment is opened. A KIP-848
-current-assignment record does the same for one member at its member epoch. Tombstones
+current-assignment record does the same for one member at its member epoch (partitions
+pending revocation included: the member holds them until it acknowledges). Tombstones
 close rows. Rows are only ever closed, never deleted, so rebalances and KIP-70
 subscription changes stay auditable.
 
@@ -52,8 +53,10 @@ def _member_rows(group_id: str, rec: LatestRecord, topic_names: dict[str, str],
     value = rec.value or {}
     epoch = value.get("member_epoch", 0)
     base = {"group_type": "consumer", **_member_attrs(member)}
-    owned = [(topic_names.get(tp["topic_id"], tp["topic_id"]), p)
-             for tp in value.get("assigned_partitions") or () for p in tp["partitions"]]
+    # a partition pending revocation is still the member's until it acknowledges the
+    # revocation (it commits it first): owned until a later assignment drops it
+    held = [*(value.get("assigned_partitions") or ()), *(value.get("partitions_pending_revocation") or ())]
+    owned = [(topic_names.get(tp["topic_id"], tp["topic_id"]), p) for tp in held for p in tp["partitions"]]
     return {(group_id, epoch, rec.subkey, topic, partition, "consumer"): base
             for topic, partition in owned or [("", -1)]}
 
