@@ -246,3 +246,41 @@ def test_batch_read_back_filter_is_the_same_for_both_engines() -> None:
     assert rows.filter(f.to_arrow()).to_pylist() == [
         {"cluster_id": "a", "offsets_partition": 1, "offset": 3},
         {"cluster_id": "o'b", "offsets_partition": 2, "offset": 4}]
+
+
+def test_kip848_commits_find_their_owner_once_a_snapshot_names_the_topics(tmp_path: Path) -> None:
+    """Golden scenario-d (Kafka 4.x, no partition-metadata names for d-bulk): KIP-848
+    assignments name topics by id only, so d-bulk's commits wait as topic_unresolved (not
+    "unassigned"); the snapshot's topic names attribute them to their members."""
+    from tests.conftest import corpus_path
+
+    scenario = corpus_path("golden", "scenario-d")
+    lake = tmp_path / "lake"
+    ingest_segments_local(scenario / "segments", lake, cluster_id="d")
+    before = [r for r in table_rows(lake, "commit_attribution") if r["group_id"] == "d-bulk"]
+    assert before and {r["attribution"] for r in before} == {"topic_unresolved"}
+    assert not [r for r in table_rows(lake, "offset_anomalies") if r["kind"] == "unassigned_partition"]
+    store_snapshot(DeltaRsEngine(lake), snapshot_from_recorded(scenario / "live"), "d")
+    after = [r for r in table_rows(lake, "commit_attribution") if r["group_id"] == "d-bulk"]
+    assert len(after) == len(before)
+    assert {r["attribution"] for r in after} == {"owner"}
+    # the log kept (compaction) only d-bulk-2's commits: the member active through the capture
+    assert {(r["client_id"], r["group_type"]) for r in after} == {("d-bulk-2", "consumer")}
+
+
+def test_reconcile_command_fails_on_requested_anomaly_kinds(
+        demo_lakes: tuple[DemoManifest, Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """``offsetlake reconcile`` passes the demo with its anomalies as warnings and exits 1
+    when ``--fail-on-anomalies`` names a kind the lake holds."""
+    import json
+
+    from pipelines.cli import main
+
+    _, one, _ = demo_lakes
+    assert main(["reconcile", "--lake", str(one)]) == 0
+    gate = json.loads(capsys.readouterr().out)["gate"]
+    assert gate["anomalies"]["warnings"] == {"offset_rewind": 5, "zombie_commit": 1, "past_log_end": 1}
+    assert main(["reconcile", "--lake", str(one), "--fail-on-anomalies", "past_log_end,offset_rewind"]) == 1
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["gate"]["anomalies"]["fail_on"] == ["past_log_end", "offset_rewind"]
+    assert [f["table"] for f in summary["gate"]["failed"]] == ["offset_anomalies"]
