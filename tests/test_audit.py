@@ -284,3 +284,38 @@ def test_reconcile_command_fails_on_requested_anomaly_kinds(
     summary = json.loads(capsys.readouterr().out)
     assert summary["gate"]["anomalies"]["fail_on"] == ["past_log_end", "offset_rewind"]
     assert [f["table"] for f in summary["gate"]["failed"]] == ["offset_anomalies"]
+
+
+def test_commits_below_the_log_start_at_a_snapshot(demo_lakes: tuple[DemoManifest, Path, Path],
+                                                   tmp_path: Path) -> None:
+    """A snapshot whose log start of one partition lies above some groups' committed offsets
+    (retention deleted records they had not read): exactly those commits are below_log_start,
+    with the snapshot's bounds as evidence; the gate then says the check ran."""
+    import dataclasses
+    import shutil
+
+    manifest, one, _ = demo_lakes
+    lake = tmp_path / "lake"
+    shutil.copytree(one, lake)
+    # the partition held by most groups, its log start just above the median committed offset
+    by_tp: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for (g, t, p), c in manifest.committed.items():
+        by_tp.setdefault((t, p), []).append((g, c.offset))
+    (topic, partition), held = max(by_tp.items(), key=lambda kv: (len(kv[1]), kv[0]))
+    start = sorted(o for _, o in held)[len(held) // 2] + 1
+    expected = {("below_log_start", g, topic, partition, o) for g, o in held if o < start}
+    assert expected
+    snap = snapshot_from_recorded(manifest.out_dir + "/live")
+    ends = [dataclasses.replace(e, log_start_offset=start) if (e.topic, e.partition) == (topic, partition)
+            else e for e in snap.log_end_offsets]
+    snap = dataclasses.replace(snap, snapshot_id=snap.snapshot_id + "-retention", log_end_offsets=ends)
+    engine = DeltaRsEngine(lake)
+    store_snapshot(engine, snap)
+    found = {a for a in _anomalies(lake) if a[0] == "below_log_start"}
+    assert found == expected
+    rows = [r for r in table_rows(lake, "offset_anomalies") if r["kind"] == "below_log_start"]
+    assert {(r["log_start_offset"], r["snapshot_id"], r["detected_by"]) for r in rows} == {
+        (start, snap.snapshot_id, "snapshot")}
+    report = run_quality_gate(engine, num_partitions=manifest.num_partitions, data_docs=False)
+    assert report.anomalies["below_log_start"] == len(expected)
+    assert report.summary()["anomalies"]["below_log_start"] == "checked"
