@@ -122,7 +122,9 @@ def store_snapshot(engine: DeltaEngine, snapshot: ClusterSnapshot, cluster_id: s
     # commits past this snapshot's log end / below its log start (pipelines.state.audit)
     from pipelines.state.audit import ANOMALIES, snapshot_anomalies
 
-    written[ANOMALIES] = snapshot_anomalies(engine, cluster_id, snapshot.snapshot_id, stored_at)
+    found = snapshot_anomalies(engine, cluster_id, snapshot.snapshot_id, stored_at)
+    if found:  # listed only when there are some: the snapshot tables' counts stay as they were
+        written[ANOMALIES] = found
     log.info("stored snapshot %s of cluster %s: %s", snapshot.snapshot_id, cluster_id,
              ", ".join(f"{k}={v}" for k, v in written.items()))
     return written
