@@ -319,3 +319,64 @@ def test_commits_below_the_log_start_at_a_snapshot(demo_lakes: tuple[DemoManifes
     report = run_quality_gate(engine, num_partitions=manifest.num_partitions, data_docs=False)
     assert report.anomalies["below_log_start"] == len(expected)
     assert report.summary()["anomalies"]["below_log_start"] == "checked"
+
+
+def _streams(record_type: int, key: dict, value: dict | None) -> tuple[bytes, bytes | None]:
+    return encode_key(record_type, key), None if value is None else encode_value(record_type, 0, value)
+
+
+def test_streams_commits_are_attributed_through_the_topology(tmp_path: Path) -> None:
+    """KIP-1071: a streams member's active task (subtopology s, partition p) reads partition p
+    of s's source and repartition-source topics (topology record 23): the commits of those
+    partitions are the member's, with its client id and host (member record 19), on any split;
+    after the member's tasks move away, a commit of its old partition is a zombie commit."""
+    topology = {"epoch": 0, "subtopologies": [
+        {"subtopology_id": "0", "source_topics": ["in"], "source_topic_regex": [], "state_changelog_topics": [],
+         "repartition_sink_topics": ["rp"], "repartition_source_topics": [], "copartition_groups": []},
+        {"subtopology_id": "1", "source_topics": [], "source_topic_regex": [], "state_changelog_topics": [],
+         "repartition_sink_topics": [], "repartition_source_topics": [
+             {"name": "rp", "partitions": 0, "replication_factor": -1, "topic_configs": []}],
+         "copartition_groups": []}]}
+
+    def member(client: str) -> dict:
+        return {"instance_id": None, "rack_id": None, "client_id": client, "client_host": f"/{client}",
+                "rebalance_timeout_ms": 300000, "topology_epoch": 0, "process_id": "p",
+                "user_endpoint": None, "client_tags": []}
+
+    def tasks(epoch: int, partitions: list[int]) -> dict:
+        return {"member_epoch": epoch, "previous_member_epoch": epoch - 1, "state": 0,
+                "active_tasks": [{"subtopology_id": s, "partitions": partitions,
+                                  "assignment_epochs": [epoch] * len(partitions)} for s in ("0", "1")],
+                "standby_tasks": [], "warmup_tasks": [], "active_tasks_pending_revocation": [],
+                "standby_tasks_pending_revocation": [], "warmup_tasks_pending_revocation": []}
+
+    def commit(topic: str, partition: int, offset: int) -> tuple[bytes, bytes]:
+        return (encode_key(1, {"group": "s", "topic": topic, "partition": partition}),
+                encode_value(1, 3, {"offset": offset, "leader_epoch": -1, "metadata": "", "commit_timestamp": T0}))
+
+    records = [
+        _streams(23, {"group_id": "s"}, topology),
+        _streams(19, {"group_id": "s", "member_id": "m1"}, member("c1")),
+        _streams(22, {"group_id": "s", "member_id": "m1"}, tasks(1, [0, 1])),
+        commit("in", 0, 5), commit("rp", 1, 7),  # m1's
+        _streams(22, {"group_id": "s", "member_id": "m1"}, tasks(2, [0])),  # task 1 leaves m1
+        commit("in", 1, 9),  # nobody's now: m1 lost it
+        _streams(19, {"group_id": "s", "member_id": "m2"}, member("c2")),
+        _streams(22, {"group_id": "s", "member_id": "m2"}, tasks(2, [1])),
+        commit("rp", 1, 11),  # m2's
+    ]
+    with SegmentWriter(tmp_path / "data", 0) as w:
+        for i, rec in enumerate(records):
+            w.append([rec], timestamp=T0 + i)
+    raw = raw_records(tmp_path / "data")
+    expected = {("in", 0, 5, "owner", "c1", "streams"), ("rp", 1, 7, "owner", "c1", "streams"),
+                ("in", 1, 9, "zombie", None, None), ("rp", 1, 11, "owner", "c2", "streams")}
+    for cuts in ([], [3], [5], [6], [8], list(range(1, len(records)))):
+        lake = tmp_path / f"lake-{'-'.join(map(str, cuts))}"
+        ingest_split(raw, lake, cuts)
+        rows = table_rows(lake, "commit_attribution")
+        assert {(r["topic"], r["partition"], r["committed_offset"], r["attribution"], r["client_id"],
+                 r["group_type"]) for r in rows} == expected, cuts
+        (zombie,) = [r for r in rows if r["attribution"] == "zombie"]
+        assert zombie["last_owner_client_id"] == "c1"
+        assert _anomalies(lake) == {("zombie_commit", "s", "in", 1, 9)}

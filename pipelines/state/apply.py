@@ -136,7 +136,7 @@ def _generation_changes(engine: DeltaEngine, batch: StateInput, names: topics.Na
     resolved(topics.renamed_generation_rows(engine, new))
     events: dict[str, list] = {}
     for g in batch.group_records:
-        if g.record.record_type in (2, 3, 5, 8):
+        if g.record.record_type in (2, 3, 5, 8, 17, 19, 22, 23):
             events.setdefault(g.cluster_id, []).append((g.group_id, g.record))
     if events:
         ev_groups = {(c, g) for c, evs in events.items() for g, _ in evs}
@@ -144,14 +144,16 @@ def _generation_changes(engine: DeltaEngine, batch: StateInput, names: topics.Na
                                          _group_filter(ev_groups, ("valid_to",))).to_pylist())
         unfilled = resolved(engine.read("group_generations", None,
                                         _group_filter(ev_groups, ("client_id",))).to_pylist())
-        before = _latest_records(engine, ev_groups, record_types=(5,))
+        before = _latest_records(engine, ev_groups, record_types=(5, 19, 23))
         for cluster_id, evs in sorted(events.items()):
             mine = [r for r in open_rows if r["cluster_id"] == cluster_id]
             members = {(g, r.subkey): r.value for (c, g), recs in before.items() if c == cluster_id
-                       for r in recs if r.record_type == 5 and r.value}
+                       for r in recs if r.record_type in (5, 19) and r.value}
+            topologies = {g: r.value for (c, g), recs in before.items() if c == cluster_id
+                          for r in recs if r.record_type == 23 and r.value}
             rows = generation_changes(
                 mine, evs, {i: n for (c, i), n in names.items() if c == cluster_id}, cluster_id, now,
-                members, [r for r in unfilled if r["cluster_id"] == cluster_id])
+                members, [r for r in unfilled if r["cluster_id"] == cluster_id], topologies)
             out.update({gen_key(r): r for r in rows})
     rows = list(out.values()) + [d for k, d in deletes.items() if k not in out]
     ops = ["upsert"] * len(out) + ["delete"] * (len(rows) - len(out))

@@ -61,6 +61,25 @@ def _member_rows(group_id: str, rec: LatestRecord, topic_names: dict[str, str],
             for topic, partition in owned or [("", -1)]}
 
 
+def _streams_rows(group_id: str, rec: LatestRecord, topology: dict[str, Any] | None,
+                  member: dict[str, Any]) -> dict[GenKey, dict[str, Any]]:
+    """A streams member's active tasks (pending revocation included) as the source-topic
+    partitions they read: task (subtopology s, partition p) reads partition p of every
+    source and repartition-source topic of s (from the group's topology record)."""
+    value = rec.value or {}
+    epoch = value.get("member_epoch", 0)
+    base = {"group_type": "streams", **_member_attrs(member)}
+    subtopologies = {st.get("subtopology_id"): st for st in (topology or {}).get("subtopologies") or ()}
+    owned = []
+    for task in [*(value.get("active_tasks") or ()), *(value.get("active_tasks_pending_revocation") or ())]:
+        st = subtopologies.get(task.get("subtopology_id")) or {}
+        topics = [*(st.get("source_topics") or ()),
+                  *(t.get("name") for t in st.get("repartition_source_topics") or () if t.get("name"))]
+        owned += [(t, p) for t in topics for p in task.get("partitions") or ()]
+    return {(group_id, epoch, rec.subkey, topic, partition, "streams"): base
+            for topic, partition in sorted(set(owned)) or [("", -1)]}
+
+
 def _key(r: dict[str, Any]) -> GenKey:
     return (r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"], r["group_type"])
 
@@ -73,6 +92,7 @@ def generation_changes(
     updated_at: datetime,
     members: dict[tuple[str, str], dict[str, Any]] | None = None,
     unfilled_rows: Iterable[dict[str, Any]] = (),
+    topologies: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows to upsert into ``group_generations`` after replaying ``events`` in log order.
 
@@ -82,17 +102,18 @@ def generation_changes(
     KIP-848 rows of those groups still without member metadata (client id null).
     """
     members = dict(members or {})
+    topologies = dict(topologies or {})  # streams group -> its topology record (type 23) before the events
     open_by_key: dict[GenKey, dict[str, Any]] = {_key(r): dict(r) for r in open_rows}
     unfilled: dict[GenKey, dict[str, Any]] = {
         _key(r): dict(r) for r in unfilled_rows
-        if r["group_type"] == "consumer" and r["client_id"] is None and _key(r) not in open_by_key}
+        if r["group_type"] in ("consumer", "streams") and r["client_id"] is None and _key(r) not in open_by_key}
     changed: dict[GenKey, dict[str, Any]] = {}
 
     def fill(group_id: str, member_id: str, info: dict[str, Any]) -> None:
         attrs = _member_attrs(info)
         for rows in (open_by_key, changed, unfilled):
             for key, row in list(rows.items()):
-                if key[0] == group_id and key[2] == member_id and row["group_type"] == "consumer" \
+                if key[0] == group_id and key[2] == member_id and row["group_type"] in ("consumer", "streams") \
                         and row["client_id"] is None:
                     row.update(attrs, updated_at=updated_at)
                     changed[key] = open_by_key.get(key, row)
@@ -127,7 +148,18 @@ def generation_changes(
             new = {} if rec.is_tombstone else _member_rows(group_id, rec, topic_names, info)
             close([k for k in mine if k not in new], rec)
             open_(new, rec)
-        elif rec.record_type == 5:
+        elif rec.record_type == 22:
+            mine = [k for k in in_group if k[2] == rec.subkey and open_by_key[k]["group_type"] == "streams"]
+            info = members.get((group_id, rec.subkey), {})
+            new = {} if rec.is_tombstone else _streams_rows(group_id, rec, topologies.get(group_id), info)
+            close([k for k in mine if k not in new], rec)
+            open_(new, rec)
+        elif rec.record_type == 23:
+            if rec.value:
+                topologies[group_id] = rec.value
+        elif rec.record_type == 17 and rec.is_tombstone:
+            close([k for k in in_group if open_by_key[k]["group_type"] == "streams"], rec)
+        elif rec.record_type in (5, 19):
             if rec.is_tombstone or not rec.value:
                 members.pop((group_id, rec.subkey), None)
             else:
