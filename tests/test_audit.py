@@ -212,6 +212,8 @@ def test_every_anomaly_on_the_real_corpus_has_a_reason(corpus: Path, tmp_path: P
     rewinds = [r for r in table_rows(lake, "offset_anomalies")
                if r["group_id"] == "d-streams-reset" and r["kind"] == "offset_rewind"]
     assert rewinds and all(r["previous_offset"] - r["committed_offset"] == 5 for r in rewinds)
+    # ... run while the streams group had no member: an admin action, severity info
+    assert {(r["attribution"], r["severity"]) for r in rewinds} == {("group_empty", "info")}
 
 
 @pytest.fixture

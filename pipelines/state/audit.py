@@ -50,13 +50,15 @@ REASONS = {
     "zombie": "no member held the partition at this position; its last owner lost it in a "
               "rebalance earlier (a zombie commit by a member that had lost the partition)",
     "unassigned": "the group had an active assignment at this position, but no member was "
-                  "ever assigned this partition in the recorded history",
+                  "ever assigned this partition in the recorded history (on a compacted log, "
+                  "the record that assigned it may be gone)",
     "group_empty": "the group had no member at this position (generation without members "
                    "or all members gone): an admin --reset-offsets, or a tool committing "
                    "for the empty group",
-    "no_membership": "no classic generation or KIP-848 assignment of the group covers this "
-                     "position and none did before: a simple group (assign() client), an admin "
-                     "tool, or a streams group (task assignments are not attributed)",
+    "no_membership": "no classic generation, KIP-848 assignment or streams task assignment of "
+                     "the group covers this position and none did before: a simple group "
+                     "(assign() client) or an admin tool (or the log lost the group's records "
+                     "to compaction)",
     "topic_unresolved": "the group's KIP-848 assignment names topics by id and no name is known "
                         "for one of them yet; attributed again when the name is learned (a "
                         "snapshot, or a 4.1+ commit carrying the topic id)",
