@@ -50,8 +50,8 @@ REASONS = {
     "zombie": "no member held the partition at this position; its last owner lost it in a "
               "rebalance earlier (a zombie commit by a member that had lost the partition)",
     "unassigned": "the group had an active assignment at this position, but no member was "
-                  "ever assigned this partition in the recorded history (on a compacted log, "
-                  "the record that assigned it may be gone)",
+                  "ever assigned this partition in the recorded history (or the log lacks the "
+                  "record that assigned it: compacted away, or a generation that wrote none)",
     "group_empty": "the group had no member at this position (generation without members "
                    "or all members gone): an admin --reset-offsets, or a tool committing "
                    "for the empty group",
