@@ -60,7 +60,7 @@ def table_rows(lake: Path, table: str, drop: tuple[str, ...] = ()) -> list[dict]
     """A Delta table's rows, sorted, without the columns that legitimately differ per run."""
     from deltalake import DeltaTable
 
-    volatile = {"ingested_at", "updated_at", "ingest_batch_id", *drop}
+    volatile = {"ingested_at", "updated_at", "ingest_batch_id", "detected_at", *drop}
     rows = DeltaTable(str(lake / table)).to_pyarrow_table().to_pylist()
     rows = [{k: v for k, v in r.items() if k not in volatile} for r in rows]
     return sorted(rows, key=lambda r: repr(sorted(r.items())))

@@ -89,12 +89,14 @@ def clean_lake(scenario: Path, tmp_path_factory) -> Path:
     return _clean_lake(scenario, tmp_path_factory)
 
 
-# A clean run of scenario-a makes 41 writes, of the generated one 43 (5 batches x history
-# appends + state merges; scenario-a's topic_names merges are writes 7, 16, 31 and 39):
-# crash before each of the first batch's writes, then at points spread over the later batches.
-TOTAL_WRITES = {"scenario-a": 41, "generated": 43}
-CRASH_POINTS = {"scenario-a": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 14, 16, 19, 23, 31, 39, 41],
-                "generated": [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 21, 30, 43]}
+# A clean run of scenario-a makes 51 writes, of the generated one 54 (5 batches x history
+# commits, state merges, then the audit: commit_attribution append, offset_anomalies merge when
+# a batch finds one, offset_audit_cursor merge last). Crash before each of the first batch's
+# writes, then at the later batches' topic_names merges (scenario-a 18, 47; generated 17),
+# their audit writes (scenario-a 20, 21, 51; generated 20, 21, 22, 54) and points in between.
+TOTAL_WRITES = {"scenario-a": 51, "generated": 54}
+CRASH_POINTS = {"scenario-a": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 18, 20, 21, 31, 47, 51],
+                "generated": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 17, 20, 21, 22, 33, 54]}
 
 
 @pytest.mark.parametrize(("name", "crash_at"),

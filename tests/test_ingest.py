@@ -27,7 +27,8 @@ from tests.support.generated import generated_scenario, manifest
 pytestmark = pytest.mark.spark
 
 ALL_TABLES = ("offsets_raw", "offset_commits", "group_metadata", "committed_offsets",
-              "consumer_groups", "group_members", "group_generations", "group_records_latest")
+              "consumer_groups", "group_members", "group_generations", "group_records_latest",
+              "topic_names", "commit_attribution", "offset_anomalies", "offset_audit_cursor")
 
 
 def live_offsets(scenario: Path) -> dict[tuple[str, str, int], tuple[int, int, str]]:
