@@ -15,12 +15,12 @@ def test_demo_builds_the_lake_and_matches_the_generators_expectation(spark, tmp_
     args = ["demo", "--lake", str(tmp_path / "lake"), "--data", str(tmp_path / "data")]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "committed_offsets vs the generator's expected coordinator state: 90 of 90 equal, 0 unexpected" in out
+    assert "committed_offsets vs the generator's expected coordinator state: 95 of 95 equal, 0 unexpected" in out
     for table in ("offsets_raw", "offset_commits", "group_metadata", "committed_offsets", "consumer_groups",
                   "group_members", "group_generations"):
         assert table in out
     assert main(args) == 0  # a second run finds nothing new and still checks out
-    assert "90 of 90 equal, 0 unexpected" in capsys.readouterr().out
+    assert "95 of 95 equal, 0 unexpected" in capsys.readouterr().out
 
 
 def test_demo_ends_with_next_commands_that_work_as_printed(spark, tmp_path: Path, capsys,
