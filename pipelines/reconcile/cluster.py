@@ -85,6 +85,8 @@ _LEADER_RETRY = frozenset({LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, UNKNOWN
 _API_OFFSET_FETCH = 9
 _API_FIND_COORDINATOR = 10
 _API_CONSUMER_GROUP_DESCRIBE = 69
+_API_SHARE_GROUP_DESCRIBE = 77  # KIP-932
+_API_STREAMS_GROUP_DESCRIBE = 89  # KIP-1071
 _MAX_GROUPS_PER_REQUEST = 10_000
 
 _LATEST = -1
@@ -211,6 +213,152 @@ except ImportError:
 
     class ConsumerGroupDescribeResponse(ApiMessage, metaclass=_InlineSchemaMessage):  # type: ignore[no-redef]
         _schema = _CGD_RESPONSE_SCHEMA
+
+
+def _share_assignment_field() -> dict[str, Any]:
+    return {"name": "Assignment", "type": "Assignment", "versions": "1+",
+            "fields": [{"name": "TopicPartitions", "type": "[]TopicPartitions", "versions": "1+",
+                        "fields": [
+                            {"name": "TopicId", "type": "uuid", "versions": "1+"},
+                            {"name": "TopicName", "type": "string", "versions": "1+"},
+                            {"name": "Partitions", "type": "[]int32", "versions": "1+"}]}]}
+
+
+# Apache Kafka clients/src/main/resources/common/message/ShareGroupDescribe{Request,Response}.json
+# (api key 77, KIP-932): v1 is the first stable version (4.1+; v0 was 4.0's early access and
+# was removed), so only v1 is spoken; common structs inlined.
+_SGD_REQUEST_SCHEMA: dict[str, Any] = {
+    "apiKey": 77, "type": "request", "name": "ShareGroupDescribeRequest",
+    "validVersions": "1", "flexibleVersions": "1+", "fields": [
+        {"name": "GroupIds", "type": "[]string", "versions": "1+"},
+        {"name": "IncludeAuthorizedOperations", "type": "bool", "versions": "1+"},
+    ]}
+_SGD_RESPONSE_SCHEMA: dict[str, Any] = {
+    "apiKey": 77, "type": "response", "name": "ShareGroupDescribeResponse",
+    "validVersions": "1", "flexibleVersions": "1+", "fields": [
+        {"name": "ThrottleTimeMs", "type": "int32", "versions": "1+"},
+        {"name": "Groups", "type": "[]DescribedGroup", "versions": "1+", "fields": [
+            {"name": "ErrorCode", "type": "int16", "versions": "1+"},
+            {"name": "ErrorMessage", "type": "string", "versions": "1+",
+             "nullableVersions": "1+", "default": "null"},
+            {"name": "GroupId", "type": "string", "versions": "1+"},
+            {"name": "GroupState", "type": "string", "versions": "1+"},
+            {"name": "GroupEpoch", "type": "int32", "versions": "1+"},
+            {"name": "AssignmentEpoch", "type": "int32", "versions": "1+"},
+            {"name": "AssignorName", "type": "string", "versions": "1+"},
+            {"name": "Members", "type": "[]Member", "versions": "1+", "fields": [
+                {"name": "MemberId", "type": "string", "versions": "1+"},
+                {"name": "RackId", "type": "string", "versions": "1+",
+                 "nullableVersions": "1+", "default": "null"},
+                {"name": "MemberEpoch", "type": "int32", "versions": "1+"},
+                {"name": "ClientId", "type": "string", "versions": "1+"},
+                {"name": "ClientHost", "type": "string", "versions": "1+"},
+                {"name": "SubscribedTopicNames", "type": "[]string", "versions": "1+"},
+                _share_assignment_field(),
+            ]},
+            {"name": "AuthorizedOperations", "type": "int32", "versions": "1+",
+             "default": "-2147483648"},
+        ]},
+    ]}
+
+
+def _key_values_field(name: str) -> dict[str, Any]:
+    return {"name": name, "type": "[]KeyValue", "versions": "0+", "fields": [
+        {"name": "Key", "type": "string", "versions": "0+"},
+        {"name": "Value", "type": "string", "versions": "0+"}]}
+
+
+def _topic_infos_field(name: str) -> dict[str, Any]:
+    return {"name": name, "type": "[]TopicInfo", "versions": "0+", "fields": [
+        {"name": "Name", "type": "string", "versions": "0+"},
+        {"name": "Partitions", "type": "int32", "versions": "0+"},
+        {"name": "ReplicationFactor", "type": "int16", "versions": "0+"},
+        _key_values_field("TopicConfigs")]}
+
+
+def _task_offsets_field(name: str) -> dict[str, Any]:
+    return {"name": name, "type": "[]TaskOffset", "versions": "0+", "fields": [
+        {"name": "Subtopology", "type": "string", "versions": "0+"},
+        {"name": "Partition", "type": "int32", "versions": "0+"},
+        {"name": "Offset", "type": "int64", "versions": "0+"}]}
+
+
+def _streams_assignment_field(name: str) -> dict[str, Any]:
+    def tasks(kind: str) -> dict[str, Any]:
+        return {"name": kind, "type": "[]TaskIds", "versions": "0+", "fields": [
+            {"name": "Subtopology", "type": "string", "versions": "0+"},
+            {"name": "Partitions", "type": "[]int32", "versions": "0+"}]}
+    return {"name": name, "type": "Assignment", "versions": "0+",
+            "fields": [tasks("ActiveTasks"), tasks("StandbyTasks"), tasks("WarmupTasks")]}
+
+
+# Apache Kafka clients/src/main/resources/common/message/StreamsGroupDescribe{Request,
+# Response}.json (api key 89, KIP-1071): v0 (v1 adds IncludeTopologyDescription, KIP-1331,
+# not spoken here); common structs inlined.
+_STGD_REQUEST_SCHEMA: dict[str, Any] = {
+    "apiKey": 89, "type": "request", "name": "StreamsGroupDescribeRequest",
+    "validVersions": "0", "flexibleVersions": "0+", "fields": [
+        {"name": "GroupIds", "type": "[]string", "versions": "0+"},
+        {"name": "IncludeAuthorizedOperations", "type": "bool", "versions": "0+"},
+    ]}
+_STGD_RESPONSE_SCHEMA: dict[str, Any] = {
+    "apiKey": 89, "type": "response", "name": "StreamsGroupDescribeResponse",
+    "validVersions": "0", "flexibleVersions": "0+", "fields": [
+        {"name": "ThrottleTimeMs", "type": "int32", "versions": "0+"},
+        {"name": "Groups", "type": "[]DescribedGroup", "versions": "0+", "fields": [
+            {"name": "ErrorCode", "type": "int16", "versions": "0+"},
+            {"name": "ErrorMessage", "type": "string", "versions": "0+",
+             "nullableVersions": "0+", "default": "null"},
+            {"name": "GroupId", "type": "string", "versions": "0+"},
+            {"name": "GroupState", "type": "string", "versions": "0+"},
+            {"name": "GroupEpoch", "type": "int32", "versions": "0+"},
+            {"name": "AssignmentEpoch", "type": "int32", "versions": "0+"},
+            {"name": "Topology", "type": "[]Subtopology", "versions": "0+",
+             "nullableVersions": "0+", "default": "null", "fields": [
+                 {"name": "SubtopologyId", "type": "string", "versions": "0+"},
+                 {"name": "SourceTopics", "type": "[]string", "versions": "0+"},
+                 {"name": "SourceTopicRegex", "type": "[]string", "versions": "0+"},
+                 _topic_infos_field("StateChangelogTopics"),
+                 {"name": "RepartitionSinkTopics", "type": "[]string", "versions": "0+"},
+                 _topic_infos_field("RepartitionSourceTopics"),
+             ]},
+            {"name": "Members", "type": "[]Member", "versions": "0+", "fields": [
+                {"name": "MemberId", "type": "string", "versions": "0+"},
+                {"name": "MemberEpoch", "type": "int32", "versions": "0+"},
+                {"name": "InstanceId", "type": "string", "versions": "0+",
+                 "nullableVersions": "0+", "default": "null"},
+                {"name": "RackId", "type": "string", "versions": "0+",
+                 "nullableVersions": "0+", "default": "null"},
+                {"name": "ClientId", "type": "string", "versions": "0+"},
+                {"name": "ClientHost", "type": "string", "versions": "0+"},
+                {"name": "TopologyId", "type": "string", "versions": "0+"},
+                {"name": "ProcessId", "type": "string", "versions": "0+"},
+                _key_values_field("ClientTags"),
+                _task_offsets_field("TaskOffsets"),
+                _task_offsets_field("TaskEndOffsets"),
+                _streams_assignment_field("Assignment"),
+                _streams_assignment_field("TargetAssignment"),
+            ]},
+            {"name": "AuthorizedOperations", "type": "int32", "versions": "0+",
+             "default": "-2147483648"},
+        ]},
+    ]}
+
+
+class ShareGroupDescribeRequest(ApiMessage, metaclass=_InlineSchemaMessage):  # type: ignore[misc]
+    _schema = _SGD_REQUEST_SCHEMA
+
+
+class ShareGroupDescribeResponse(ApiMessage, metaclass=_InlineSchemaMessage):  # type: ignore[misc]
+    _schema = _SGD_RESPONSE_SCHEMA
+
+
+class StreamsGroupDescribeRequest(ApiMessage, metaclass=_InlineSchemaMessage):  # type: ignore[misc]
+    _schema = _STGD_REQUEST_SCHEMA
+
+
+class StreamsGroupDescribeResponse(ApiMessage, metaclass=_InlineSchemaMessage):  # type: ignore[misc]
+    _schema = _STGD_RESPONSE_SCHEMA
 
 
 # --------------------------------------------------------------------------------------
@@ -359,6 +507,10 @@ class ClusterSnapshot:
     #: what the principal was refused: ``group:<id>``, ``topic:<name>`` (``topic:__consumer_offsets``
     #: = the offsets topic not visible: no snapshot point)
     not_authorized: list[str] = field(default_factory=list)
+    #: share/streams groups listed but not described: their coordinator does not offer
+    #: ShareGroupDescribe / StreamsGroupDescribe (epochs and members then not compared;
+    #: not an error, so the snapshot is not partial for it)
+    not_described: list[str] = field(default_factory=list)
 
     @property
     def partial(self) -> bool:
@@ -502,6 +654,9 @@ class _Raw:
     coordinator_errors: dict[str, int] = field(default_factory=dict)
     described: dict[str, tuple[int, Any]] = field(default_factory=dict)
     consumer_described: dict[str, tuple[int, Any]] = field(default_factory=dict)
+    # ShareGroupDescribe / StreamsGroupDescribe answers (UNSUPPORTED_VERSION: not offered)
+    share_described: dict[str, tuple[int, Any]] = field(default_factory=dict)
+    streams_described: dict[str, tuple[int, Any]] = field(default_factory=dict)
     fetched: dict[str, tuple[int, Any]] = field(default_factory=dict)
     ends: list[LogEndOffsetRow] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -829,6 +984,24 @@ class _Capture:
             group_ids=gids, include_authorized_operations=False))
         return {g.group_id: (g.error_code, g) for g in response.groups}
 
+    async def _describe_share(self, node: int, gids: list[str]) -> dict[str, tuple[int, Any]]:
+        """ShareGroupDescribe v1 (KIP-932) where the coordinator offers it (v0 was 4.0's
+        early access, never spoken); otherwise UNSUPPORTED_VERSION: not described."""
+        if await self._max_version(node, _API_SHARE_GROUP_DESCRIBE) < 1:
+            return {g: (UNSUPPORTED_VERSION, None) for g in gids}
+        response = await self._send(node, ShareGroupDescribeRequest(
+            group_ids=gids, include_authorized_operations=False, min_version=1, max_version=1))
+        return {g.group_id: (g.error_code, g) for g in response.groups}
+
+    async def _describe_streams(self, node: int, gids: list[str]) -> dict[str, tuple[int, Any]]:
+        """StreamsGroupDescribe v0 (KIP-1071) where the coordinator offers it; otherwise
+        UNSUPPORTED_VERSION: not described."""
+        if await self._max_version(node, _API_STREAMS_GROUP_DESCRIBE) < 0:
+            return {g: (UNSUPPORTED_VERSION, None) for g in gids}
+        response = await self._send(node, StreamsGroupDescribeRequest(
+            group_ids=gids, include_authorized_operations=False, max_version=0))
+        return {g.group_id: (g.error_code, g) for g in response.groups}
+
     async def _offset_fetch(self, node: int, gids: list[str]) -> dict[str, tuple[int, Any]]:
         """All offsets of each group (topics=null, KIP-88): many groups per request on
         OffsetFetch v8+ (KIP-709), otherwise one request per group."""
@@ -921,7 +1094,8 @@ class _Capture:
         await self._list_groups()
         listings = raw.listings
         # 3. describe: DescribeGroups for classic (and untyped) groups, ConsumerGroupDescribe
-        #    for KIP-848 groups; share/streams groups are listed only
+        #    for KIP-848 groups, ShareGroupDescribe / StreamsGroupDescribe for share / streams
+        #    groups where their coordinator offers the API
         classic = [g for g, li in sorted(listings.items())
                    if _group_type(li.group_type) in ("classic", "unknown")]
         modern = [g for g, li in sorted(listings.items()) if _group_type(li.group_type) == "consumer"]
@@ -931,6 +1105,15 @@ class _Capture:
         if modern:
             raw.consumer_described = await self._group_phase(modern, "ConsumerGroupDescribe",
                                                              self._describe_consumer)
+        share = [g for g, li in sorted(listings.items()) if _group_type(li.group_type) == "share"]
+        streams = [g for g, li in sorted(listings.items())
+                   if _group_type(li.group_type) == "streams"]
+        if share:
+            raw.share_described = await self._group_phase(share, "ShareGroupDescribe",
+                                                          self._describe_share)
+        if streams:
+            raw.streams_described = await self._group_phase(streams, "StreamsGroupDescribe",
+                                                            self._describe_streams)
         # 4. committed offsets of every listed group
         if listings:
             raw.fetched = await self._group_phase(sorted(listings), "OffsetFetch",
@@ -996,6 +1179,7 @@ def _assemble(raw: _Raw, *, source: str, require_stable: bool) -> ClusterSnapsho
     groups: list[GroupRow] = []
     members: list[MemberRow] = []
     offsets: list[OffsetRow] = []
+    not_described: list[str] = []
     for gid in sorted(raw.listings):
         li = raw.listings[gid]
         gtype = _group_type(li.group_type)
@@ -1029,6 +1213,22 @@ def _assemble(raw: _Raw, *, source: str, require_stable: bool) -> ClusterSnapsho
                         topic_id = kafka_uuid(tp.topic_id)
                         if topic_id and tp.topic_name:
                             raw.topic_names.setdefault(topic_id, tp.topic_name)
+        for api, answers in (("ShareGroupDescribe", raw.share_described),
+                             ("StreamsGroupDescribe", raw.streams_described)):
+            if gid not in answers:
+                continue
+            code, described = answers[gid]
+            if code == UNSUPPORTED_VERSION:  # the coordinator does not offer the API
+                not_described.append(f"{gid}: {api} not offered by broker "
+                                     f"{raw.coordinators.get(gid)}")
+            elif code != NONE:
+                error = code
+                if code != Errors.GroupAuthorizationFailedError.errno:  # -> not_authorized
+                    raw.errors.append(f"{api} {gid}: {error_name(code)}")
+            elif described is not None:
+                epochs = (described.group_epoch, described.assignment_epoch)
+                state = state or described.group_state
+                members.extend(_described_members(gid, gtype, described))
         if error == NONE and gid in raw.coordinator_errors:
             error = raw.coordinator_errors[gid]
         groups.append(GroupRow(gid, gtype, state, protocol_type, protocol,
@@ -1043,6 +1243,9 @@ def _assemble(raw: _Raw, *, source: str, require_stable: bool) -> ClusterSnapsho
                     gid, t.name, p.partition_index, p.committed_offset,
                     p.committed_leader_epoch, p.metadata, p.error_code, error_name(p.error_code)))
     offsets.extend(_completeness_rows(raw))
+    if not_described:
+        log.info("%d share/streams group(s) not described (API not offered): %s",
+                 len(not_described), "; ".join(not_described))
     captured_at = raw.captured_at
     return ClusterSnapshot(
         snapshot_id=_new_snapshot_id(captured_at), captured_at=captured_at, source=source,
@@ -1050,7 +1253,26 @@ def _assemble(raw: _Raw, *, source: str, require_stable: bool) -> ClusterSnapsho
         log_end_offsets=raw.ends, lag=_lag_rows(offsets, raw.ends, raw.times, raw.window_starts),
         points=raw.points,
         errors=list(raw.errors), not_authorized=_refused(raw, groups, offsets),
-        topic_names=dict(raw.topic_names))
+        topic_names=dict(raw.topic_names), not_described=not_described)
+
+
+def _described_members(gid: str, gtype: str, described: Any) -> list[MemberRow]:
+    """Member rows of a ShareGroupDescribe / StreamsGroupDescribe group, shaped as the
+    recorded path shapes ``kafka-share-groups.sh`` / ``kafka-streams-groups.sh`` members:
+    share members carry their assigned topic partitions; streams members are assigned tasks
+    (subtopology, partition), not topic partitions, so their assignment stays None."""
+    rows = []
+    for m in described.members:
+        if gtype == "share":
+            assignment: list[dict[str, Any]] | None = [
+                {"topic": tp.topic_name, "partitions": sorted(tp.partitions)}
+                for tp in sorted(m.assignment.topic_partitions, key=lambda t: t.topic_name)]
+            instance = None
+        else:
+            assignment, instance = None, m.instance_id
+        rows.append(MemberRow(gid, m.member_id, instance, m.client_id, m.client_host,
+                              assignment))
+    return rows
 
 
 def _completeness_rows(raw: _Raw) -> list[OffsetRow]:
@@ -1389,6 +1611,8 @@ def snapshot_from_recorded(live_dir: Path | str, *, require_stable: bool = False
 __all__ = [
     "GROUP_TYPES", "SCHEMAS", "ClusterSnapshot", "ClusterUnreachable",
     "ConsumerGroupDescribeRequest", "ConsumerGroupDescribeResponse", "GroupRow", "LagRow",
-    "LogEndOffsetRow", "MemberRow", "OffsetRow", "PointRow", "capture_snapshot", "error_name",
+    "LogEndOffsetRow", "MemberRow", "OffsetRow", "PointRow", "ShareGroupDescribeRequest",
+    "ShareGroupDescribeResponse", "StreamsGroupDescribeRequest", "StreamsGroupDescribeResponse",
+    "capture_snapshot", "error_name",
     "snapshot_from_recorded",
 ]

@@ -193,6 +193,10 @@ def load_snapshot_state(engine: DeltaEngine, info: SnapshotInfo) -> SnapshotStat
             snap.offsets[(r["group_id"], r["topic"], r["partition"])] = r
     for r in tables["snapshot_groups"].to_pylist():
         snap.groups[r["group_id"]] = r
+        if r.get("group_epoch") is not None and not r["error_code"]:
+            # described (Consumer/Share/StreamsGroupDescribe): its member list is the broker's
+            # answer even when empty, so a member only the lake holds is a mismatch
+            snap.members.setdefault(r["group_id"], set())
     for r in tables["snapshot_members"].to_pylist():
         snap.members.setdefault(r["group_id"], set()).add(r["member_id"])
     for r in tables["snapshot_points"].to_pylist():

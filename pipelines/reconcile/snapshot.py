@@ -347,6 +347,9 @@ def snapshot_summary(snapshot: ClusterSnapshot, engine: DeltaEngine, cluster_id:
         "errors": list(snapshot.errors),
         "partial": snapshot.partial,
         "not_authorized": list(snapshot.not_authorized),
+        # share/streams groups whose coordinator offers no ShareGroupDescribe /
+        # StreamsGroupDescribe: listed, epochs and members not compared
+        "not_described": list(snapshot.not_described),
     }
 
 

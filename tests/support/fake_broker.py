@@ -10,7 +10,8 @@ What it serves (see ``_API_SPECS`` for the version ranges it advertises):
 * ApiVersions, Metadata, FindCoordinator (v0-v3 one key, v4+ batched keys), ListGroups
   (v0-v5: group state from v4, group type from v5), DescribeGroups (v0-v6),
   ConsumerGroupDescribe (KIP-848, api key 69, defined here with kafka-python's message
-  machinery because kafka-python 3.0.12 has no class for it), OffsetFetch (v1-v8: null topics
+  machinery because kafka-python 3.0.12 has no class for it), ShareGroupDescribe (v1,
+  KIP-932) and StreamsGroupDescribe (v0, KIP-1071) likewise, OffsetFetch (v1-v8: null topics
   = all partitions from v2, many groups per request with per-group errors from v8,
   require_stable from v7), ListOffsets (latest, earliest, and by timestamp over v2 batches)
   and Fetch (v4-v12, real v2 record batches from an
@@ -137,6 +138,10 @@ _EARLIEST = -2
 from pipelines.reconcile.cluster import (  # noqa: E402
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
+    ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse,
+    StreamsGroupDescribeRequest,
+    StreamsGroupDescribeResponse,
 )
 
 # --------------------------------------------------------------------------------------
@@ -163,6 +168,10 @@ class FakeMember:
     assigned_partitions: dict[str, list[int]] = field(default_factory=dict)
     target_partitions: dict[str, list[int]] | None = None  # None: same as assigned
     member_type: int = 1  # KIP-1099: 0 classic member inside a consumer group, 1 consumer
+    # streams group members (KIP-1071): tasks as subtopology id -> partitions
+    process_id: str = ""
+    active_tasks: dict[str, list[int]] = field(default_factory=dict)
+    standby_tasks: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -179,6 +188,9 @@ class FakeGroup:
     assignment_epoch: int = 1
     assignor_name: str = "uniform"
     coordinator: int | None = None  # broker id; None = leader of its __consumer_offsets partition
+    # streams groups: subtopology id -> source topics (StreamsGroupDescribe's Topology)
+    subtopologies: dict[str, list[str]] = field(default_factory=dict)
+    topology_epoch: int = 0
 
 
 @dataclass
@@ -519,6 +531,11 @@ _API_SPECS: dict[int, _ApiSpec] = {
     ApiKey.ConsumerGroupDescribe: _ApiSpec(ConsumerGroupDescribeRequest,
                                            ConsumerGroupDescribeResponse, 0, 1,
                                            "_consumer_group_describe"),
+    ApiKey.ShareGroupDescribe: _ApiSpec(ShareGroupDescribeRequest, ShareGroupDescribeResponse,
+                                        1, 1, "_share_group_describe"),
+    ApiKey.StreamsGroupDescribe: _ApiSpec(StreamsGroupDescribeRequest,
+                                          StreamsGroupDescribeResponse, 0, 0,
+                                          "_streams_group_describe"),
     ApiKey.OffsetFetch: _ApiSpec(OffsetFetchRequest, OffsetFetchResponse, 1, 8, "_offset_fetch"),
     ApiKey.ListOffsets: _ApiSpec(ListOffsetsRequest, ListOffsetsResponse, 1, 9, "_list_offsets"),
     ApiKey.Fetch: _ApiSpec(FetchRequest, FetchResponse, 4, 12, "_fetch"),
@@ -968,9 +985,11 @@ class FakeKafkaCluster:
 
     # ---------------------------------------------------------------- handlers
     def _api_versions_body(self, broker: _Broker, version: int, error: int = NONE) -> Any:
+        # an API lowered below its minimum (set_max_version(api, -1)) is not offered at all
         keys = [ApiVersionsResponse.ApiVersion(api_key=int(k), min_version=spec.min_version,
                                                max_version=self.max_version(k, broker.node_id))
-                for k, spec in sorted(_API_SPECS.items())]
+                for k, spec in sorted(_API_SPECS.items())
+                if self.max_version(k, broker.node_id) >= spec.min_version]
         return ApiVersionsResponse(version=version, error_code=error, api_keys=keys,
                                    throttle_time_ms=0)
 
@@ -1208,6 +1227,90 @@ class FakeKafkaCluster:
                          authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS))
         return R(version=version, throttle_time_ms=0, groups=out)
 
+    def _described_or_error(self, broker: _Broker, gid: str, api_key: int, group_type: str
+                            ) -> tuple[int, str | None, FakeGroup | None]:
+        """(error, message, group) for one group of a Share/StreamsGroupDescribe: routing and
+        ACL faults first, then GROUP_ID_NOT_FOUND for a missing group or one of another type
+        (as Kafka's GroupCoordinatorService answers)."""
+        error = self._group_error(broker, gid, api_key)
+        group = self.groups.get(gid)
+        if error:
+            return error, None, None
+        if group is None or group.group_type != group_type:
+            return GROUP_ID_NOT_FOUND, (f"Group {gid} " + (
+                "not found." if group is None else f"is not a {group_type} group.")), None
+        return NONE, None, group
+
+    def _share_group_describe(self, broker: _Broker, request: Any, version: int) -> Any:
+        R = ShareGroupDescribeResponse
+        D = R.DescribedGroup
+        M = D.Member
+        A = M.fields["assignment"].data_class
+        TP = A.TopicPartitions
+        out = []
+        for gid in request.group_ids:
+            error, message, group = self._described_or_error(
+                broker, gid, ApiKey.ShareGroupDescribe, "share")
+            if group is None:
+                out.append(D(error_code=error, error_message=message, group_id=gid,
+                             group_state="", group_epoch=-1, assignment_epoch=-1,
+                             assignor_name="", members=[],
+                             authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS))
+                continue
+            members = [M(member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+                         client_id=m.client_id, client_host=m.client_host,
+                         subscribed_topic_names=list(m.subscribed_topic_names),
+                         assignment=A(topic_partitions=self._tps(TP, m.assigned_partitions)))
+                       for m in group.members]
+            out.append(D(error_code=NONE, error_message=None, group_id=gid,
+                         group_state=group.state, group_epoch=group.group_epoch,
+                         assignment_epoch=group.assignment_epoch,
+                         assignor_name=group.assignor_name, members=members,
+                         authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS))
+        return R(version=version, throttle_time_ms=0, groups=out)
+
+    def _streams_group_describe(self, broker: _Broker, request: Any, version: int) -> Any:
+        R = StreamsGroupDescribeResponse
+        D = R.DescribedGroup
+        S = D.Subtopology
+        M = D.Member
+        A = M.fields["assignment"].data_class
+        T = A.TaskIds
+
+        def tasks(by_subtopology: dict[str, list[int]]) -> list[Any]:
+            return [T(subtopology=s, partitions=list(ps))
+                    for s, ps in sorted(by_subtopology.items())]
+
+        out = []
+        for gid in request.group_ids:
+            error, message, group = self._described_or_error(
+                broker, gid, ApiKey.StreamsGroupDescribe, "streams")
+            if group is None:
+                out.append(D(error_code=error, error_message=message, group_id=gid,
+                             group_state="", group_epoch=-1, assignment_epoch=-1, topology=None,
+                             members=[], authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS))
+                continue
+            topology = [S(subtopology_id=s, source_topics=list(ts), source_topic_regex=[],
+                          state_changelog_topics=[], repartition_sink_topics=[],
+                          repartition_source_topics=[])
+                        for s, ts in sorted(group.subtopologies.items())]
+            members = [M(member_id=m.member_id, member_epoch=m.member_epoch,
+                         instance_id=m.group_instance_id, rack_id=m.rack_id,
+                         client_id=m.client_id, client_host=m.client_host,
+                         topology_id=str(group.topology_epoch), process_id=m.process_id,
+                         client_tags=[], task_offsets=[], task_end_offsets=[],
+                         assignment=A(active_tasks=tasks(m.active_tasks),
+                                      standby_tasks=tasks(m.standby_tasks), warmup_tasks=[]),
+                         target_assignment=A(active_tasks=tasks(m.active_tasks),
+                                             standby_tasks=tasks(m.standby_tasks),
+                                             warmup_tasks=[]))
+                       for m in group.members]
+            out.append(D(error_code=NONE, error_message=None, group_id=gid,
+                         group_state=group.state, group_epoch=group.group_epoch,
+                         assignment_epoch=group.assignment_epoch, topology=topology,
+                         members=members, authorized_operations=_UNKNOWN_AUTHORIZED_OPERATIONS))
+        return R(version=version, throttle_time_ms=0, groups=out)
+
     def _group_offsets(self, broker: _Broker, group_id: str,
                        topics: list[tuple[str, list[int]]] | None, require_stable: bool
                        ) -> tuple[int, list[tuple[str, list[tuple[int, int, int, str, int]]]]]:
@@ -1370,7 +1473,8 @@ def _group_ids_of(api_key: int, request: Any) -> list[str]:
         return [request.group_id] if getattr(request, "group_id", None) else []
     if api_key == ApiKey.DescribeGroups:
         return list(request.groups)
-    if api_key == ApiKey.ConsumerGroupDescribe:
+    if api_key in (ApiKey.ConsumerGroupDescribe, ApiKey.ShareGroupDescribe,
+                   ApiKey.StreamsGroupDescribe):
         return list(request.group_ids)
     if api_key == ApiKey.FindCoordinator:
         keys = getattr(request, "coordinator_keys", None)
