@@ -1279,29 +1279,19 @@ def _completeness_rows(raw: _Raw) -> list[OffsetRow]:
     """Offset rows of the groups asked by name (not listed) and of the partitions asked by
     name: errors (e.g. GROUP/TOPIC_AUTHORIZATION_FAILED) and any offsets they revealed."""
     rows: list[OffsetRow] = []
-    for gid, (code, topics) in sorted(raw.unlisted.items()):
-        if code != NONE:
-            rows.append(OffsetRow(gid, None, None, None, None, None, code, error_name(code)))
-            continue
-        for t in topics or []:
-            for p in t.partitions:
-                if p.error_code != NONE or (p.committed_offset is not None
-                                              and p.committed_offset >= 0):
-                    rows.append(OffsetRow(gid, t.name, p.partition_index, p.committed_offset,
-                                          p.committed_leader_epoch, p.metadata, p.error_code,
-                                          error_name(p.error_code)))
-    for gid, (code, topics) in sorted(raw.refetched.items()):
-        if code != NONE:
-            if not any(r.group_id == gid and r.topic is None for r in rows):
-                rows.append(OffsetRow(gid, None, None, None, None, None, code, error_name(code)))
-            continue
-        for t in topics or []:
-            for p in t.partitions:
-                if p.error_code != NONE or (p.committed_offset is not None
-                                              and p.committed_offset >= 0):
-                    rows.append(OffsetRow(gid, t.name, p.partition_index, p.committed_offset,
-                                          p.committed_leader_epoch, p.metadata, p.error_code,
-                                          error_name(p.error_code)))
+    for answers in (raw.unlisted, raw.refetched):
+        for gid, (code, topics) in sorted(answers.items()):
+            if code != NONE:
+                if not any(r.group_id == gid and r.topic is None for r in rows):
+                    rows.append(OffsetRow(gid, None, None, None, None, None, code, error_name(code)))
+                continue
+            for t in topics or []:
+                for p in t.partitions:
+                    if p.error_code != NONE or (p.committed_offset is not None
+                                                  and p.committed_offset >= 0):
+                        rows.append(OffsetRow(gid, t.name, p.partition_index, p.committed_offset,
+                                              p.committed_leader_epoch, p.metadata, p.error_code,
+                                              error_name(p.error_code)))
     return rows
 
 
