@@ -11,6 +11,7 @@ no-op, so reruns and crashes leave no duplicates and no gaps.
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import queue
 import sys
@@ -292,9 +293,10 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
 
     Refuses (:class:`CheckpointMismatch`) a checkpoint made for another source.
     """
-    # resolved once, and absolute: Spark's JVM and its Python workers may run elsewhere than here
-    cfg = replace(cfg, checkpoint=cfg.checkpoint_dir.resolve(),
-                  path=str(Path(cfg.path).resolve()) if cfg.path else cfg.path)
+    # absolute, since Spark's JVM and its Python workers may run elsewhere than here; not
+    # resolved, so source file names in the history stay the paths the user gave (symlinks too)
+    cfg = replace(cfg, checkpoint=Path(os.path.abspath(cfg.checkpoint_dir)),
+                  path=os.path.abspath(cfg.path) if cfg.path else cfg.path)
     identity = cfg.identity()
     claim(cfg.checkpoint_dir, identity)
     engine = engine or make_engine(cfg.delta_engine, lake_location(cfg.lake), spark=spark)
