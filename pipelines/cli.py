@@ -510,14 +510,24 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from pipelines.lake.maintain import maintain
 
     spark = _spark_for_engine(args, "offsetlake-maintain")
+    if getattr(args, "rebuild_audit", False) and args.dry_run:
+        raise UserError("--rebuild-audit rewrites the audit tables: it cannot be a --dry-run")
+    if getattr(args, "rebuild_audit", False):  # before compaction, which then tidies its files
+        from pipelines.lake.engines import make_engine
+        from pipelines.state.audit import rebuild
+
+        rebuilt = {"audit_rebuilt": {"offset_commits": rebuild(make_engine(args.delta_engine, _lake(args),
+                                                                           spark=spark))}}
+    else:
+        rebuilt = {}
     if spark is not None:  # Delta's own OPTIMIZE and VACUUM, on the cluster
         from pipelines.lake.maintain_spark import maintain_with_spark
 
-        print(json.dumps(maintain_with_spark(spark, _lake(args), retention_hours=args.retention_hours,
-                                             dry_run=args.dry_run), indent=2, default=str))
+        print(json.dumps({**maintain_with_spark(spark, _lake(args), retention_hours=args.retention_hours,
+                                                dry_run=args.dry_run), **rebuilt}, indent=2, default=str))
         return 0
-    print(json.dumps(maintain(_lake(args), retention_hours=args.retention_hours,
-                              dry_run=args.dry_run), indent=2, default=str))
+    print(json.dumps({**maintain(_lake(args), retention_hours=args.retention_hours,
+                                 dry_run=args.dry_run), **rebuilt}, indent=2, default=str))
     return 0
 
 
@@ -713,6 +723,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retention-hours", type=int, default=int(_env("RETENTION_HOURS", str(24 * 30))),
                    help="keep removed files this long for time travel (default 720, never < 168)")
     p.add_argument("--dry-run", action="store_true", help="show what vacuum would delete")
+    p.add_argument("--rebuild-audit", action="store_true",
+                   help="rebuild commit_attribution, offset_anomalies and offset_audit_cursor from "
+                        "the whole history (ingest backfills a lake older than the audit by itself)")
     p.set_defaults(func=cmd_maintain)
 
     p = sub.add_parser("report", help="write a self-contained HTML report with plots",

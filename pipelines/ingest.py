@@ -44,6 +44,8 @@ from pipelines.sources.segments import Problem
 from pipelines.state.apply import apply_state
 from pipelines.state.audit import TABLES as AUDIT_TABLES
 from pipelines.state.audit import audit_batch
+from pipelines.state.audit import backfill as audit_backfill
+from pipelines.state.audit import backfill_clusters as audit_backfill_clusters
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +162,9 @@ def app_id_for(checkpoint: Path) -> str:
 
 
 def ensure_tables(engine: DeltaEngine) -> None:
-    """Create every table the job writes (tasks write files into their directories)."""
+    """Create every table the job writes (tasks write files into their directories); a lake
+    whose history predates the commit audit has it backfilled first (before any new batch)."""
+    audit_backfill(engine, audit_backfill_clusters(engine))  # before the audit tables exist
     for name in (*HISTORY_TABLES, "committed_offsets", "group_records_latest", "consumer_groups",
                  "group_members", "group_generations", PROBLEMS_TABLE, *AUDIT_TABLES):
         engine.ensure(contract(name))

@@ -21,19 +21,22 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.history.tables import StateInput
+from pipelines.history.tables import GroupRecord, StateInput
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import OP, DeltaEngine
 from pipelines.lake.keys import KeyFilter, quote_identifier, sql_literal
 from pipelines.state import topics
+from pipelines.state.groups import LatestRecord
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +176,9 @@ def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     if not groups:
         return {}
     cursor = engine.read(CURSOR, None, KeyFilter.of(("cluster_id", "group_id"), groups)).to_pylist()
+    commits, events = _not_yet_audited(commits, events, cursor)
+    if commits.num_rows == 0 and not events:
+        return {}
     written: dict[str, int] = {}
     clusters = {c for c, _ in groups}
     if _names_learned(engine, clusters, now):  # earlier commits may now find their owner
@@ -190,6 +196,34 @@ def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     if engine.merge(contract(CURSOR), _rows(new_cursor, CURSOR), app_id, batch_id):
         written[CURSOR] = len(new_cursor)
     return written
+
+
+def _not_yet_audited(commits: pa.Table, events: list[tuple[str, str, Any]], cursor: list[dict[str, Any]]
+                     ) -> tuple[pa.Table, list[tuple[str, str, Any]]]:
+    """The batch without what the cursor says is audited already: commits at or before their
+    key's last audited position, group records at or before their group's last audited
+    commit (a batch replayed after a backfill covered it, or a full replay under a fresh
+    checkpoint). In a normal batch, every position lies after the cursor's: nothing is cut.
+    Group records after a group's last commit are applied again, which is idempotent."""
+    last: dict[tuple, int] = {}
+    group_last: dict[tuple, int] = {}
+    for r in cursor:
+        if r["partition"] >= 0 and r["last_position"] is not None:
+            last[(r["cluster_id"], r["group_id"], r["topic"], r["partition"])] = r["last_position"]
+            key = (r["cluster_id"], r["group_id"])
+            group_last[key] = max(group_last.get(key, -1), r["last_position"])
+    if not group_last:
+        return commits, events
+    events = [e for e in events if e[2].offset > group_last.get((e[0], e[1]), -1)]
+    if commits.num_rows == 0:
+        return commits, events
+    lows = commits.group_by(["cluster_id", "group_id"], use_threads=False).aggregate([("offset", "min")])
+    if all(low > group_last.get((c, g), -1) for c, g, low in zip(
+            *(lows.column(n).to_pylist() for n in ("cluster_id", "group_id", "offset_min")), strict=True)):
+        return commits, events
+    cols = [commits.column(n).to_pylist() for n in ("cluster_id", "group_id", "topic", "partition", "offset")]
+    keep = [o > last.get((c, g, t, p), -1) for c, g, t, p, o in zip(*cols, strict=True)]
+    return commits.filter(pa.array(keep, pa.bool_())), events
 
 
 def _rows(rows: list[dict[str, Any]], table: str) -> pa.Table:
@@ -667,3 +701,126 @@ def anomaly_counts(engine: DeltaEngine, cluster_id: str) -> dict[str, int]:
     for row in pc.value_counts(table.column("kind")).to_pylist():
         counts[row["values"]] = row["counts"]
     return counts
+
+
+# ---------------------------------------------------------------------------------------------
+# Backfill: a lake whose history predates the audit
+# ---------------------------------------------------------------------------------------------
+
+#: the Delta transaction app id of the automatic backfill (its own, apart from ingest's)
+BACKFILL_APP = "offsetlake-audit-backfill"
+#: the backfill's chunks are versions 1..n of its app id; 0 marks it started, this one done
+BACKFILL_DONE = 1 << 40
+#: offset commits per backfill chunk (memory of one chunk ~ this many commit rows)
+BACKFILL_CHUNK = 100_000
+
+
+def backfill_clusters(engine: DeltaEngine) -> list[str]:
+    """Clusters whose history the audit does not cover, where the audit must be backfilled.
+
+    Call before the audit tables are created. Two cases: the lake holds history but no
+    ``offset_audit_cursor`` (ingested before the audit existed); or a backfill was started
+    (its app id's version 0 is in the cursor) and did not finish (a crash). A lake whose
+    cursor table exists was audited batch by batch from its first ingest, so its pending
+    batches are replayed by the ingest itself (a backfill there would audit them twice).
+    """
+    if engine.exists(CURSOR) and (not engine.committed(CURSOR, BACKFILL_APP, 0)
+                                  or engine.committed(CURSOR, BACKFILL_APP, BACKFILL_DONE)):
+        return []
+    return _history_clusters(engine)
+
+
+def _history_clusters(engine: DeltaEngine) -> list[str]:
+    """Every cluster with offset commits or group records (from the state tables: one row per
+    key, not per record)."""
+    clusters: set[str] = set()
+    for table in ("committed_offsets", "group_records_latest"):
+        if engine.exists(table):
+            clusters |= set(pc.unique(engine.read(table, ["cluster_id"]).column(0)).to_pylist())
+    return sorted(c for c in clusters if c is not None)
+
+
+def backfill(engine: DeltaEngine, clusters: list[str], app_id: str = BACKFILL_APP,
+             chunk: int | None = None, now: datetime | None = None) -> int:
+    """Audit the whole history of ``clusters`` in log order through :func:`audit_batch` (the
+    per-batch code path, not a second implementation); offset commits covered.
+
+    Why chunks: each (cluster, offsets partition) is cut into position ranges of ``chunk``
+    commits, walked in (cluster, offsets partition, offset) order, so one chunk's rows are
+    all that is held; a group's records all live in one offsets partition, so the per-group
+    cursor carries over chunks as over batches. Exactly once: version 0 of ``app_id`` marks
+    the start, chunk i is batch i, :data:`BACKFILL_DONE` the end; the plan depends only on
+    the history, which no ingest changes before the backfill is done (ingest runs it first),
+    so a rerun after a crash skips the chunks that landed and redoes the rest.
+    """
+    if not clusters or not engine.exists("offset_commits"):
+        return 0
+    now = now or datetime.now(timezone.utc)
+    chunk = chunk or BACKFILL_CHUNK
+    started = time.perf_counter()
+    empty = contract(CURSOR).arrow_schema.empty_table()
+    engine.append(contract(CURSOR), empty, app_id, 0)  # started: creates the cursor table
+    ensure_tables(engine)
+    batch_id, covered = 0, 0
+    for cluster_id in clusters:
+        for part in _offsets_partitions(engine, cluster_id):
+            for batch, n in _chunks(engine, cluster_id, part, chunk):
+                batch_id += 1
+                audit_batch(engine, batch, app_id, batch_id, now)
+                covered += n
+    engine.append(contract(CURSOR), empty, app_id, BACKFILL_DONE)
+    seconds = time.perf_counter() - started
+    log.info("audit backfill %s: %d offset commits of %d cluster(s) in %d chunks, %.1f s",
+             app_id, covered, len(clusters), batch_id, seconds)
+    return covered
+
+
+def _offsets_partitions(engine: DeltaEngine, cluster_id: str) -> list[int]:
+    parts: set[int] = set()
+    only = KeyFilter.of(("cluster_id",), {(cluster_id,)})
+    for table in ("offset_commits", "group_metadata"):
+        if engine.exists(table):
+            parts |= set(pc.unique(engine.read(table, ["offsets_partition"], only).column(0)).to_pylist())
+    return sorted(p for p in parts if p is not None)
+
+
+def _chunks(engine: DeltaEngine, cluster_id: str, part: int, chunk: int):
+    """(StateInput, commits) per position range of one offsets partition: ranges cut every
+    ``chunk`` commits and together covering every position, group records included."""
+    where = KeyFilter.of(("cluster_id", "offsets_partition"), {(cluster_id, part)})
+    offsets = np.unique(engine.read("offset_commits", ["offset"], where).column(0).to_numpy())
+    gm = engine.read("group_metadata", ["group_id", "record_type", "is_tombstone", "offset"], where) \
+        if engine.exists("group_metadata") else None
+    if gm is not None:
+        gm = gm.filter(pc.is_in(gm.column("record_type"), pa.array(GROUP_RECORD_TYPES, gm.schema.field(
+            "record_type").type)))
+        gm = gm.take(pc.sort_indices(gm, [("offset", "ascending")]))
+    events: list[GroupRecord] = []
+    seen: set[int] = set()
+    for r in (gm.to_pylist() if gm is not None else []):
+        if r["offset"] not in seen:
+            seen.add(r["offset"])
+            events.append(GroupRecord(cluster_id, r["group_id"], LatestRecord(
+                r["record_type"], "", bool(r["is_tombstone"]), None, part, r["offset"])))
+    last = max([int(o) for o in offsets[-1:]] + [e.record.offset for e in events[-1:]], default=0)
+    starts = [0] + [int(o) for o in offsets[chunk::chunk]]
+    ends = [s - 1 for s in starts[1:]] + [last]
+    positions = np.array([e.record.offset for e in events], np.int64)
+    for lo, hi in zip(starts, ends, strict=True):
+        mine = events[np.searchsorted(positions, lo, side="left"):np.searchsorted(positions, hi, side="right")]
+        n = int(np.searchsorted(offsets, hi, side="right") - np.searchsorted(offsets, lo, side="left"))
+        if not n and not mine:
+            continue
+        ranges = pa.table({"cluster_id": [cluster_id], "offsets_partition": pa.array([part], pa.int32()),
+                           "min_offset": pa.array([lo], pa.int64()), "max_offset": pa.array([hi], pa.int64())})
+        yield StateInput(contract("offset_commits").arrow_schema.empty_table(), mine, ranges), n
+
+
+def rebuild(engine: DeltaEngine, clusters: list[str] | None = None) -> int:
+    """``maintain --rebuild-audit``: empty the three audit tables and audit the whole history
+    again (a fresh app id: a crash leaves them partial, and a rerun rebuilds them again);
+    offset commits covered."""
+    clusters = _history_clusters(engine) if clusters is None else clusters
+    for name in TABLES:
+        engine.overwrite(contract(name), contract(name).arrow_schema.empty_table())
+    return backfill(engine, clusters, f"offsetlake-audit-rebuild-{uuid.uuid4()}")
