@@ -35,7 +35,7 @@ from tests.support.servers import ObjectStore, azurite, moto_s3  # noqa: F401 (f
 from tests.test_ingest import ALL_TABLES, live_offsets
 
 SECRET = "s3cr3t-value-never-shown"
-VOLATILE = {"ingested_at", "updated_at", "ingest_batch_id"}
+VOLATILE = {"ingested_at", "updated_at", "ingest_batch_id", "detected_at"}
 
 
 # ----------------------------------------------------------------------------- no server
