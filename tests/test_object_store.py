@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -214,6 +215,9 @@ def test_snapshot_reconcile_report_queries_and_maintain_work_on_the_store(
     from pipelines.cli import main
     from pipelines.queries import run_duckdb
 
+    # a snapshot writes into the lake (snapshot_*, topic_names, offset_anomalies): work on a
+    # copy so the shared local lake stays the plain ingest the other tests compare with
+    local_demo_lake = Path(shutil.copytree(local_demo_lake, tmp_path / "local"))
     # the CLI gets the store's options the way a job does: from the environment, not argv
     monkeypatch.setenv(OPTIONS_ENV, store.env()[OPTIONS_ENV])
     lake = store_lake.uri
