@@ -65,7 +65,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from crc32c import crc32c as _crc32c
+from .record_batches.framing import (
+    ATTR_CODEC,
+    ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    CODEC_IDS,
+    CODEC_NAMES,
+    COMPRESSION_NAMES,
+    LEGACY_HEADER,
+    LOG_OVERHEAD,
+    MIN_LENGTH,
+    NO_PRODUCER_ID,
+    NO_TIMESTAMP,
+    V2_CRC_START,
+    V2_HEADER,
+    V2_HEADER_SIZE,
+    ZIGZAG_1,
+    ZIGZAG_2,
+    compress,
+    control_type_of,
+    coordinator_epoch_of,
+    decompress,
+    read_varint,
+    write_varint,
+)
+from .record_batches.framing import crc32c as _crc32c
+from .record_batches.problems import Problem
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -106,34 +133,22 @@ __all__ = [
     "reencode_batch",
 ]
 
-CODEC_NAMES: tuple[str, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
-_CODEC_IDS = {name: i for i, name in enumerate(CODEC_NAMES)}
-
-#: Kafka's constants for "no producer" / "no sequence" / "no timestamp".
-NO_PRODUCER_ID = -1
-NO_TIMESTAMP = -1
-
-_LOG_OVERHEAD = 12  # int64 offset + int32 length precede every batch / message
-# v2: baseOffset length partitionLeaderEpoch magic crc attributes lastOffsetDelta
-#     baseTimestamp maxTimestamp producerId producerEpoch baseSequence recordsCount
-_V2 = struct.Struct(">qiibIhiqqqhii")
-_V2_HEADER = _V2.size  # 61
-_V2_CRC_START = 21  # CRC covers attributes .. end of batch
-_LEGACY = struct.Struct(">qiIbb")  # offset length crc magic attributes
+_CODEC_IDS = CODEC_IDS
+_LOG_OVERHEAD = LOG_OVERHEAD
+_V2 = V2_HEADER
+_V2_HEADER = V2_HEADER_SIZE
+_V2_CRC_START = V2_CRC_START
+_LEGACY = LEGACY_HEADER
 _QI = struct.Struct(">qi")
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _U32 = struct.Struct(">I")
-_H = struct.Struct(">h")
-# Smallest legal value of the length field per magic: the header after the 12-byte log overhead
-# plus, for v0/v1, two int32 lengths (key, value).
-_MIN_LENGTH = (4 + 1 + 1 + 4 + 4, 4 + 1 + 1 + 8 + 4 + 4, _V2_HEADER - _LOG_OVERHEAD)
-
-_ATTR_CODEC = 0x07
-_ATTR_TIMESTAMP_TYPE = 0x08
-_ATTR_TRANSACTIONAL = 0x10
-_ATTR_CONTROL = 0x20
-_ATTR_DELETE_HORIZON = 0x40
+_MIN_LENGTH = MIN_LENGTH
+_ATTR_CODEC = ATTR_CODEC
+_ATTR_TIMESTAMP_TYPE = ATTR_TIMESTAMP_TYPE
+_ATTR_TRANSACTIONAL = ATTR_TRANSACTIONAL
+_ATTR_CONTROL = ATTR_CONTROL
+_ATTR_DELETE_HORIZON = ATTR_DELETE_HORIZON
 
 _NO_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
 _new_tuple = tuple.__new__
@@ -270,16 +285,6 @@ class Record(NamedTuple):
 
 
 @dataclass(slots=True, frozen=True)
-class Problem:
-    """A region of a segment file that could not be read as intended."""
-
-    path: str
-    position: int  # byte position where the bad region starts
-    length_skipped: int  # bytes not decoded as records (0: decoded but suspicious, e.g. CRC)
-    reason: str
-
-
-@dataclass(slots=True, frozen=True)
 class SegmentFile:
     """A segment file found on disk, with what its path says about it."""
 
@@ -369,55 +374,15 @@ def find_segments(*paths: str | os.PathLike[str], include_deleted: bool = False)
 # --------------------------------------------------------------------------------------------
 
 
-_codec_module: Any = None
-
-
-def _codecs() -> Any:
-    global _codec_module
-    if _codec_module is None:
-        import kafka.codec
-
-        _codec_module = kafka.codec
-    return _codec_module
-
-
 def _decompress(codec: int, payload: bytes, magic: int) -> bytes:
-    """Decompress a batch payload; raises on any failure (the caller reports it)."""
-    kc = _codecs()
-    if codec == 1:
-        return kc.gzip_decode(payload)
-    if codec == 2:
-        return kc.snappy_decode(payload)
-    if codec == 3:
-        # Kafka < 0.10 (magic 0) wrote a wrong LZ4 frame header checksum; try the likely
-        # framing first and the other one second, as producers and brokers did not always agree.
-        first, second = (
-            (kc.lz4_decode_old_kafka, kc.lz4_decode)
-            if magic == 0
-            else (kc.lz4_decode, kc.lz4_decode_old_kafka)
-        )
-        try:
-            return first(payload)
-        except Exception:
-            return second(payload)
-    if codec == 4:
-        return kc.zstd_decode(payload)
-    raise _Corrupt(f"unknown compression codec {codec}")
+    return decompress(codec, payload, magic)
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Zig-zag varint starting at ``pos`` (slow path for values of 2+ bytes)."""
-    result = 0
-    shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise _Corrupt("varint longer than 10 bytes")
+    try:
+        return read_varint(buf, pos)
+    except ValueError as exc:
+        raise _Corrupt(str(exc)) from exc
 
 
 def _read_headers(
@@ -446,10 +411,8 @@ def _read_headers(
     return tuple(headers), pos
 
 
-# Zig-zag decoded values of every one-byte and two-byte varint: a tuple index is ~4x cheaper
-# than the shift/xor arithmetic in the hot loop (measured: -20% decode time on the corpus).
-_ZZ1 = tuple((u >> 1) ^ -(u & 1) for u in range(1 << 7))
-_ZZ2 = tuple((u >> 1) ^ -(u & 1) for u in range(1 << 14))
+_ZZ1 = ZIGZAG_1
+_ZZ2 = ZIGZAG_2
 
 
 def _decode_v2_records(
@@ -558,7 +521,7 @@ def _decode_v2_records(
     return pos
 
 
-_COMPRESSION_NAMES = (*CODEC_NAMES, "unknown(5)", "unknown(6)", "unknown(7)")
+_COMPRESSION_NAMES = COMPRESSION_NAMES
 
 
 def _decode_v2_batch(
@@ -651,21 +614,6 @@ def _decode_v2_batch(
     if attrs & _ATTR_CONTROL:
         records = [r._replace(control_type=control_type_of(r.key)) for r in records]
     return batch, records, error
-
-
-def control_type_of(key: bytes | None) -> str:
-    """Control record key = int16 version, int16 type (0 ABORT, 1 COMMIT, others KRaft-only)."""
-    if key is None or len(key) < 4:
-        return "UNKNOWN(-1)"
-    t = _H.unpack_from(key, 2)[0]
-    return "ABORT" if t == 0 else "COMMIT" if t == 1 else f"UNKNOWN({t})"
-
-
-def coordinator_epoch_of(value: bytes | None) -> int | None:
-    """EndTxnMarker value = int16 version, int32 coordinator epoch; None if unreadable."""
-    if value is None or len(value) < 6:
-        return None
-    return _I.unpack_from(value, 2)[0]
 
 
 def _legacy_key_value(buf: bytes, pos: int, end: int) -> tuple[bytes | None, bytes | None, int]:
@@ -1297,13 +1245,7 @@ class NewRecord(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
-def _put_varint(out: bytearray, v: int) -> None:
-    """Zig-zag varint (Kafka's varint/varlong encoding)."""
-    u = (v << 1) if v >= 0 else ((-v) << 1) - 1
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
+_put_varint = write_varint
 
 
 def _put_bytes(out: bytearray, b: bytes | None) -> None:
@@ -1335,17 +1277,7 @@ def encode_records(records: Iterable[RecordLike], base_offset: int, base_timesta
     return bytes(out)
 
 
-def _compress(compression: str, payload: bytes) -> bytes:
-    kc = _codecs()
-    if compression == "gzip":
-        return kc.gzip_encode(payload)
-    if compression == "snappy":
-        return kc.snappy_encode(payload)
-    if compression == "lz4":
-        return kc.lz4_encode(payload)
-    if compression == "zstd":
-        return kc.zstd_encode(payload)
-    raise ValueError(f"unknown compression {compression!r}; expected one of {CODEC_NAMES}")
+_compress = compress
 
 
 def encode_batch(
