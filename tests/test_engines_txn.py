@@ -17,7 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from pipelines.lake.contracts import contract
-from pipelines.lake.engines import OP, DeltaRsEngine, SparkDeltaEngine, transaction_version
+from pipelines.lake.engines import DeltaRsEngine, SparkDeltaEngine, transaction_version
+from pipelines.model import OP
 
 
 def _txn_actions(table_dir: Path) -> list[dict]:

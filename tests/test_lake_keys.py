@@ -10,8 +10,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from pipelines.lake.engines import OP, changed_keys, idempotent_write_options, merge_condition
+from pipelines.lake.engines import changed_keys, idempotent_write_options, merge_condition
 from pipelines.lake.keys import KeyFilter, sql_literal
+from pipelines.model import OP
 
 
 def test_one_cluster_is_an_in_list_on_the_last_column() -> None:

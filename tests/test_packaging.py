@@ -15,9 +15,10 @@ import pytest
 import tomllib
 from deltalake import DeltaTable
 
-from pipelines.decode.formats import MissingSchemas, load_record_formats
+from pipelines.decode.formats import load_record_formats
 from pipelines.demo import DemoManifest, generate_cluster
 from pipelines.lake.contracts import load_contracts
+from pipelines.shipped_schemas import MissingSchemas
 from tests.conftest import REPO, corpus_path
 from tests.support.wheel import WheelInstall, clean_env, installed_wheel
 

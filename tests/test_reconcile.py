@@ -22,7 +22,8 @@ import pytest
 
 from pipelines.decode import partition_for
 from pipelines.lake.contracts import contract
-from pipelines.lake.engines import OP, DeltaRsEngine
+from pipelines.lake.engines import DeltaRsEngine
+from pipelines.model import OP
 from pipelines.reconcile.cluster import (
     SCHEMAS,
     UNSTABLE_OFFSET_COMMIT,

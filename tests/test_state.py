@@ -13,12 +13,12 @@ from deltalake import DeltaTable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.history.tables import StateInput
 from pipelines.ingest import ingest_segments_local
 from pipelines.lake.contracts import contract
+from pipelines.model import LatestRecord, StateInput, state_rows
 from pipelines.state.apply import _latest_group_record_changes
-from pipelines.state.groups import LatestRecord, derive_group
-from pipelines.state.offsets import offset_changes, state_rows
+from pipelines.state.groups import derive_group
+from pipelines.state.offsets import offset_changes
 from pipelines.state.topics import batch_names
 
 

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipelines.history.tables import HISTORY_TABLES, StateInput, build_history
+from pipelines.history.tables import HISTORY_TABLES, build_history
 from pipelines.lake.contracts import contract
 from pipelines.lake.files import DataFile, write_data_file
 from pipelines.lake.location import LakeLocation, lake_location
+from pipelines.model import StateInput
 
 
 @dataclass

@@ -31,8 +31,9 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.history.parts import HistoryPart
-from pipelines.history.tables import HISTORY_TABLES, StateInput, build_history
+from pipelines.history.tables import HISTORY_TABLES, build_history
 from pipelines.lake.contracts import contract
+from pipelines.model import StateInput
 from pipelines.sources.raw import unpacked
 
 TABLE, DATA = "table", "data"

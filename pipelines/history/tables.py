@@ -19,33 +19,10 @@ from pipelines.decode.columnar import decode_offset_commits
 from pipelines.decode.jsonify import dumps
 from pipelines.decode.wire import ZERO_UUID
 from pipelines.lake.contracts import contract
-from pipelines.state.groups import LatestRecord
-from pipelines.state.offsets import state_rows
+from pipelines.model import GroupRecord, LatestRecord, StateInput, state_rows
 
 GROUP_SUBKEYS = ("member_id", "regular_expression")
 HISTORY_TABLES = ("offsets_raw", "offset_commits", "group_metadata")
-
-
-@dataclass
-class GroupRecord:
-    """A decoded group record (type 2 and up), kept for the state replay."""
-
-    cluster_id: str
-    group_id: str
-    record: LatestRecord
-
-
-@dataclass
-class StateInput:
-    """What the state tables need of a batch: offset commits (at least their
-    :func:`~pipelines.state.offsets.state_rows`) and the decoded group records."""
-
-    offset_commits: pa.Table
-    group_records: list[GroupRecord] = field(default_factory=list)
-    #: (cluster_id, offsets_partition, min_offset, max_offset) of every offset-commit row of
-    #: the batch: where the commit audit (pipelines.state.audit) reads the batch back from
-    #: the history; None when built without it.
-    commit_ranges: pa.Table | None = None
 
 
 def commit_ranges(offset_commits: pa.Table) -> pa.Table:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from pipelines.decode.formats import MissingSchemas, schema_dir, schema_files
+from pipelines.shipped_schemas import MissingSchemas, schema_dir, schema_files
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable

@@ -20,10 +20,10 @@ from pipelines.lake.contracts import TableContract
 from pipelines.lake.files import DataFile
 from pipelines.lake.keys import KeyFilter
 from pipelines.lake.location import LakeLocation, lake_location
+from pipelines.model import OP
 
 log = logging.getLogger(__name__)
 
-OP = "_op"  # change-set column for merge(): "upsert" or "delete"
 
 
 class DeltaEngine(Protocol):

@@ -16,13 +16,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.decode.jsonify import dumps
-from pipelines.history.tables import StateInput
 from pipelines.lake.contracts import contract
-from pipelines.lake.engines import OP, DeltaEngine
+from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter
+from pipelines.model import OP, LatestRecord, StateInput
 from pipelines.state import topics
 from pipelines.state.generations import generation_changes
-from pipelines.state.groups import OFFSET_ACTIVITY, LatestRecord, derive_group
+from pipelines.state.groups import OFFSET_ACTIVITY, derive_group
 from pipelines.state.offsets import last_per_key, offset_changes
 
 log = logging.getLogger(__name__)

@@ -37,8 +37,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.state.groups import OFFSET_ACTIVITY, LatestRecord, derive_group
-from pipelines.state.offsets import OFFSET_KEY, last_per_key
+from pipelines.model import OFFSET_KEY, LatestRecord
+from pipelines.state.groups import OFFSET_ACTIVITY, derive_group
+from pipelines.state.offsets import last_per_key
 
 TS = pa.timestamp("us", tz="UTC")
 

@@ -31,12 +31,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.history.tables import GroupRecord, StateInput
 from pipelines.lake.contracts import contract
-from pipelines.lake.engines import OP, DeltaEngine
+from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter, quote_identifier, sql_literal
+from pipelines.model import OP, GroupRecord, LatestRecord, StateInput
 from pipelines.state import topics
-from pipelines.state.groups import LatestRecord
 
 log = logging.getLogger(__name__)
 

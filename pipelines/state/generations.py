@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from pipelines.state.groups import LatestRecord
+from pipelines.model import LatestRecord
 
 # group, generation, member, topic, partition, group type: a KIP-848 member epoch can equal
 # the classic generation the same member id had before an online upgrade (mixed-migrate)

@@ -16,9 +16,10 @@ The rules are those of the coordinator's replay (spec 2.3-2.5):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
+
+from pipelines.model import LatestRecord
 
 OFFSET_ACTIVITY = 1  # record_type of the "last offset commit" row in group_records_latest
 CLASSIC = 2
@@ -29,24 +30,6 @@ FAMILY_METADATA_TYPE = {"consumer": 3, "share": 11, "streams": 17}
 
 CONSUMER_MEMBER_STATES = {0: "STABLE", 1: "UNREVOKED_PARTITIONS", 2: "UNRELEASED_PARTITIONS", 127: "UNKNOWN"}
 STREAMS_MEMBER_STATES = {1: "STABLE", 2: "UNREVOKED_TASKS", 3: "UNRELEASED_TASKS", 127: "UNKNOWN"}
-
-
-@dataclass(frozen=True)
-class LatestRecord:
-    """One row of ``group_records_latest`` with its value decoded."""
-
-    record_type: int
-    subkey: str
-    is_tombstone: bool
-    value: dict[str, Any] | None
-    offsets_partition: int
-    offset: int
-    record_timestamp: Any = None
-    value_version: int | None = None
-
-    @property
-    def position(self) -> tuple[int, int]:
-        return (self.offset, self.offsets_partition)
 
 
 def family(record_type: int) -> str | None:

@@ -16,10 +16,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.history.tables import StateInput
 from pipelines.lake.contracts import contract
-from pipelines.lake.engines import OP, DeltaEngine
+from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter
+from pipelines.model import OP, StateInput
 
 TABLE = "topic_names"
 Names = dict[tuple[str, str], str]  # (cluster_id, topic_id) -> topic name

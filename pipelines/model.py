@@ -1,0 +1,103 @@
+"""The types history and state exchange, so that neither package imports the other.
+
+Why: ``history`` decodes a micro-batch and hands the state tables what they depend on;
+``state`` folds that into the current-state tables. Both need the same few shapes (a decoded
+group record, the reduced batch, the log order, the change-set column), and keeping them here,
+below both packages, keeps the flow one-way: sources -> decode -> history -> state.
+Nothing here imports another ``pipelines`` module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+#: Change-set column of a state table's merge: "upsert" or "delete".
+OP = "_op"
+#: The logical key of a committed offset (key types 0 and 1 are one key).
+OFFSET_KEY = ["cluster_id", "group_id", "topic", "partition"]
+
+
+@dataclass(frozen=True)
+class LatestRecord:
+    """One row of ``group_records_latest`` with its value decoded."""
+
+    record_type: int
+    subkey: str
+    is_tombstone: bool
+    value: dict[str, Any] | None
+    offsets_partition: int
+    offset: int
+    record_timestamp: Any = None
+    value_version: int | None = None
+
+    @property
+    def position(self) -> tuple[int, int]:
+        return (self.offset, self.offsets_partition)
+
+
+@dataclass
+class GroupRecord:
+    """A decoded group record (type 2 and up), kept for the state replay."""
+
+    cluster_id: str
+    group_id: str
+    record: LatestRecord
+
+
+@dataclass
+class StateInput:
+    """What the state tables need of a batch: offset commits (at least their
+    :func:`state_rows`) and the decoded group records."""
+
+    offset_commits: pa.Table
+    group_records: list[GroupRecord] = field(default_factory=list)
+    #: (cluster_id, offsets_partition, min_offset, max_offset) of every offset-commit row of
+    #: the batch: where the commit audit (pipelines.state.audit) reads the batch back from
+    #: the history; None when built without it.
+    commit_ranges: pa.Table | None = None
+
+
+def log_order(table: pa.Table) -> np.ndarray | None:
+    """Row indices in log position order, or None when the rows are in that order already."""
+    part = table.column("offsets_partition").to_numpy()
+    offset = table.column("offset").to_numpy()
+    dp, do = np.diff(part), np.diff(offset)
+    if np.all((dp > 0) | ((dp == 0) & (do > 0))):
+        return None
+    return np.lexsort((offset, part))
+
+
+def state_rows(offset_commits: pa.Table) -> pa.Table:
+    """The few rows of a batch's offset commits that the state tables can depend on.
+
+    The last record per offset key (the committed offset), the last non-tombstone commit
+    per group (the group's last activity) and one commit per (cluster, topic id) (id -> name). A task
+    hands only these to the driver; the state built from them equals the state built from
+    every row, because each is a "last by log position" over a key these rows cover.
+    Runs on every row of the hot path, so it ranks a narrow copy and never sorts data
+    that is already in log order (the usual case).
+    """
+    n = offset_commits.num_rows
+    if n == 0:
+        return offset_commits
+    order = log_order(offset_commits)
+    keys = offset_commits.select([*OFFSET_KEY, "is_tombstone", "topic_id"])
+    if order is not None:
+        keys = keys.take(order)
+    rank = pa.array(np.arange(n, dtype=np.int64))
+    commit_rank = pc.if_else(keys.column("is_tombstone"), pa.scalar(None, pa.int64()), rank)
+    keys = keys.append_column("_rank", rank).append_column("_commit_rank", commit_rank)
+    by_topic_id = keys.group_by(["cluster_id", "topic_id"], use_threads=False).aggregate([("_rank", "max")])
+    winners = [
+        keys.group_by(OFFSET_KEY, use_threads=False).aggregate([("_rank", "max")]).column("_rank_max"),
+        keys.group_by(["cluster_id", "group_id"], use_threads=False)
+            .aggregate([("_commit_rank", "max")]).column("_commit_rank_max"),
+        by_topic_id.filter(pc.is_valid(by_topic_id.column("topic_id"))).column("_rank_max"),
+    ]
+    ranks = np.unique(np.concatenate([w.drop_null().to_numpy() for w in winners]))
+    return offset_commits.take(ranks if order is None else order[ranks])
