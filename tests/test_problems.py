@@ -199,12 +199,12 @@ def test_decode_into_a_closed_pipe_exits_quietly(scenario: Path) -> None:
 
 def test_data_docs_are_written_for_a_relative_lake(scenario: Path, tmp_path: Path,
                                                    monkeypatch) -> None:
-    from pipelines.cli import _store_recorded
+    from pipelines.cli.snapshot import store_recorded
     from pipelines.reconcile.reconcile import run_reconcile
 
     monkeypatch.chdir(tmp_path)
     ingest_segments_local(scenario / "segments", "lake", cluster_id="demo")
-    _store_recorded(Path("lake"), scenario / "live", "demo", False)
+    store_recorded(Path("lake"), scenario / "live", "demo", False)
     result = run_reconcile(Path("lake"), cluster_id="demo")
     index = Path(result.summary["gate"]["data_docs"])
     assert index.is_absolute() and index == tmp_path / "lake" / "_quality" / "data_docs" / "index.html"

@@ -1,0 +1,103 @@
+"""``offsetlake``: the command line. Every command has ``--help``; flags default from env vars.
+
+Errors a user can fix (bad arguments, missing paths, unreachable clusters) print one
+line and exit 2; ``--log-level DEBUG`` shows the details. This module is the entry point
+(parse, set up logging, dispatch, map failures to exit statuses); each command family
+lives in its own module of this package.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from pipelines import redaction
+from pipelines.cli.common import UserError, check_schemas
+from pipelines.cli.parser import build_parser
+
+__all__ = ["build_parser", "main", "run"]
+
+log = logging.getLogger("offsetlake")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    default = logging.INFO if args.verbose else logging.WARNING
+    level = getattr(logging, str(args.log_level).upper(), default) if args.log_level else default
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    redaction.install()  # every handler of the root logger: kafka-python's loggers included
+    if level > logging.DEBUG:  # kafka-python's connection chatter (connecting, closed, ...)
+        logging.getLogger("kafka").setLevel(logging.WARNING)
+    if level <= logging.DEBUG or args.verbose:
+        os.environ.setdefault("OFFSETLAKE_SPARK_LOG_LEVEL", "WARN")
+        os.environ.setdefault("OFFSETLAKE_SPARK_QUIET", "false")
+    try:
+        check_schemas()
+        return args.func(args)
+    except UserError as exc:
+        print(f"offsetlake {args.command}: error: {redaction.redact(str(exc))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"offsetlake {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        reason = _user_facing(exc)
+        if reason:
+            print(f"offsetlake {args.command}: error: {redaction.redact(reason)}", file=sys.stderr)
+            return 2
+        log.debug("failure", exc_info=True)
+        first = redaction.redact(str(exc).splitlines()[0] if str(exc) else "")
+        print(f"offsetlake {args.command}: failed: {type(exc).__name__}: {first}"
+              " (rerun with --log-level DEBUG for details)", file=sys.stderr)
+        return 1
+
+
+_ONE_LINE_ERRORS = ("ClusterUnreachable", "NoBrokersAvailable", "NoSnapshotError",
+                    "CheckpointMismatch", "KafkaOptionError", "KafkaAuthenticationError",
+                    "KafkaAuthorizationError", "PartialSnapshotError")
+
+
+def _user_facing(exc: BaseException) -> str | None:
+    """One line for failures the user can act on (unreachable cluster, no snapshot yet).
+
+    Spark wraps errors raised in a source into a JVM exception pages long; the Kafka
+    source knows how to find its own one-line cause inside.
+    """
+    from pipelines.sources.kafka_source import explain_failure
+
+    explained = explain_failure(exc)
+    if explained:
+        return explained
+    for e in (exc, exc.__cause__, exc.__context__):
+        if e is not None and type(e).__name__ in _ONE_LINE_ERRORS:
+            return f"{type(e).__name__}: {e}"
+    return None
+
+
+def run(argv: Sequence[str] | None = None) -> NoReturn:
+    """The console and spark-submit entry point: :func:`main`, then a clean, sure exit.
+
+    Arrow's and delta-rs' native thread pools can abort the interpreter's own teardown
+    after all work is done and committed (SIGABRT, "terminate called without an active
+    exception": apache/arrow#34314, delta-io/delta-rs#2184; seen here about one run in
+    ten). So Spark is stopped, output flushed, and the process leaves with the command's
+    real status without that teardown.
+    """
+    code = main(argv)
+    if "pyspark" in sys.modules:
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.getActiveSession()
+        if session is not None:
+            session.stop()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+

@@ -1,0 +1,5 @@
+"""``python -m pipelines.cli``: the same entry point as the ``offsetlake`` script."""
+
+from pipelines.cli import run
+
+run()

@@ -1,0 +1,171 @@
+"""What every ``offsetlake`` command shares: the error a user can fix, env-var defaults,
+the lake/engine/Kafka options and how they turn into a lake location, an engine, Kafka settings."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+log = logging.getLogger("offsetlake")
+
+
+class UserError(Exception):
+    """An error the user can fix; printed as one line."""
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"OFFSETLAKE_{name}", default)
+
+
+def flag_env(name: str) -> bool:
+    """A boolean flag's env default: true/1/yes (any case; Airflow renders params as True)."""
+    return (env(name) or "").strip().lower() in ("true", "1", "yes")
+
+
+def parse_kv(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), value
+
+
+def lake_from(args: argparse.Namespace):
+    """``--lake`` with its storage options: the store's env vars (AWS_*, AZURE_*, GOOGLE_*),
+    OFFSETLAKE_STORAGE_OPTIONS (JSON), then ``--storage-option``. Errors name keys only."""
+    from pipelines.lake.location import StorageOptionError, lake_location, parse_options
+
+    try:
+        return lake_location(args.lake, parse_options(getattr(args, "storage_option", None)))
+    except StorageOptionError as exc:
+        raise UserError(str(exc)) from None
+
+
+def add_lake_args(p: argparse.ArgumentParser, checkpoint: bool = False) -> None:
+    """``--lake`` and ``--storage-option`` (and ``--checkpoint`` for streaming commands)."""
+    p.add_argument("--lake", default=env("LAKE", "lake"),
+                   help="lake root: a directory or a URI (file://, s3://, abfss://, az://, gs://); "
+                        "env OFFSETLAKE_LAKE; default ./lake")
+    p.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                   help="object-store setting for delta-rs/object_store, e.g. "
+                        "AWS_ENDPOINT_URL=http://host:9000 (repeatable; also read: AWS_*, AZURE_*, "
+                        "GOOGLE_* env vars and OFFSETLAKE_STORAGE_OPTIONS as a JSON object); "
+                        "values are never logged")
+    if checkpoint:
+        p.add_argument("--checkpoint", default=env("CHECKPOINT"),
+                       help="directory for Spark's checkpoint, the app id marker and the segment "
+                            "index cache (env OFFSETLAKE_CHECKPOINT; default <lake>/_checkpoints/"
+                            "ingest; required for a lake at a URI)")
+    add_engine_arg(p)
+
+
+ENGINE_HELP = ("Delta engine for every command that reads or writes the lake: delta-rs (no JVM jars "
+               "needed; default) or spark (delta-spark's jars on Spark's classpath); env "
+               "OFFSETLAKE_DELTA_ENGINE")
+
+
+def add_engine_arg(p: argparse.ArgumentParser) -> None:
+    """``--delta-engine`` after the command too; unset there, the global setting holds."""
+    p.add_argument("--delta-engine", choices=["delta-rs", "spark"], default=argparse.SUPPRESS,
+                   help=ENGINE_HELP)
+
+
+def add_kafka_args(p: argparse.ArgumentParser) -> None:
+    """``--kafka-option`` and ``--kafka-options-file`` (plus OFFSETLAKE_KAFKA_OPTION_* env)."""
+    p.add_argument("--kafka-option", action="append", type=parse_kv, metavar="KEY=VALUE",
+                   help="Kafka client setting, e.g. security.protocol=SASL_SSL (repeatable). "
+                        "Never put secrets here (visible in ps): use --kafka-options-file or "
+                        "OFFSETLAKE_KAFKA_OPTION_<KEY> env vars, e.g. "
+                        "OFFSETLAKE_KAFKA_OPTION_SASL_PLAIN_PASSWORD")
+    p.add_argument("--kafka-options-file", default=env("KAFKA_OPTIONS_FILE"), metavar="FILE",
+                   help="Java properties file of Kafka client settings, like Kafka's "
+                        "--command-config (sasl.jaas.config, ssl.truststore.location (PEM), ...); "
+                        "env OFFSETLAKE_KAFKA_OPTIONS_FILE")
+
+
+def gather_kafka_options(args: argparse.Namespace) -> dict[str, str]:
+    """Raw Kafka options from the file, OFFSETLAKE_KAFKA_OPTION_* and --kafka-option."""
+    from pipelines.kafka_options import KafkaOptionError, gather
+
+    try:
+        return gather(dict(args.kafka_option or ()), args.kafka_options_file)
+    except KafkaOptionError as exc:
+        raise UserError(str(exc)) from None
+
+
+def source_options(raw: dict[str, str]) -> dict[str, str]:
+    """Raw options checked by the one normaliser and spelt as kafka-python settings, as the
+    ``offsetlake-kafka`` source takes them (a JAAS line becomes username + password keys,
+    which Spark's own redaction of option values also recognises)."""
+    from kafka import KafkaConsumer
+
+    from pipelines.kafka_options import KafkaOptionError, normalize
+
+    try:
+        typed = normalize(raw, KafkaConsumer.DEFAULT_CONFIG)
+    except KafkaOptionError as exc:
+        raise UserError(str(exc)) from None
+    return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in typed.items()}
+
+
+def checkpoint_or_fail(cfg) -> None:
+    from pipelines.ingest import CheckpointError
+
+    try:
+        cfg.checkpoint_dir  # noqa: B018 -- resolves (and checks) the location
+    except CheckpointError as exc:
+        raise UserError(str(exc)) from None
+
+
+def check_engine(spark, engine: str) -> None:
+    from pipelines.spark import has_delta_jars
+
+    if engine in ("spark", "delta-spark") and not has_delta_jars(spark):
+        raise UserError("--delta-engine spark needs delta-spark's jars visible to Spark (e.g. "
+                        "spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.1); "
+                        "use --delta-engine delta-rs otherwise")
+
+
+def spark_for_engine(args: argparse.Namespace, app_name: str):
+    """A SparkSession with Delta's extension and catalog whose jars are checked, or None
+    for delta-rs (no JVM at all)."""
+    if args.delta_engine not in ("spark", "delta-spark"):
+        return None
+    from pipelines.spark import spark_session
+
+    spark = spark_session(app_name, delta_spark=True)
+    check_engine(spark, args.delta_engine)
+    return spark
+
+
+def lake_engine(args: argparse.Namespace, app_name: str):
+    """The Delta engine the shared ``--delta-engine`` setting names, on ``--lake``."""
+    from pipelines.lake.engines import make_engine
+
+    return make_engine(args.delta_engine, lake_from(args), spark=spark_for_engine(args, app_name))
+
+
+def package_version() -> str:
+    """The installed distribution's version (the wheel's metadata, also inside a --py-files zip)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("offsetlake")
+    except PackageNotFoundError:
+        return "unknown (not installed as a distribution)"
+
+
+def check_schemas() -> None:
+    """Load the record formats and table contracts before any work, or stop with one line.
+
+    Without them every record would decode as ``unknown_type`` and the command exit 0.
+    """
+    from pipelines.decode.formats import MissingSchemas, record_formats
+    from pipelines.lake.contracts import contracts
+
+    try:
+        record_formats()
+        contracts()
+    except MissingSchemas as exc:
+        raise UserError(f"broken installation: {exc}") from exc
+
