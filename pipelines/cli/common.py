@@ -160,8 +160,9 @@ def check_schemas() -> None:
 
     Without them every record would decode as ``unknown_type`` and the command exit 0.
     """
-    from pipelines.decode.formats import MissingSchemas, record_formats
+    from pipelines.decode.formats import record_formats
     from pipelines.lake.contracts import contracts
+    from pipelines.shipped_schemas import MissingSchemas
 
     try:
         record_formats()
