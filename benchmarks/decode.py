@@ -4,7 +4,7 @@ Why: the issue asks for >= 300k offset-commit records/s decoded on one core, rea
 This script measures, in one process and on the same key/value bytes:
 
 * read: segment files -> Arrow batches of the raw schema (``pipelines.sources.segments``):
-  ``read_arrow`` (vectorized, ``pipelines.sources.fastread``), and for comparison the
+  ``read_arrow`` (vectorized, ``pipelines.sources.record_batches.arrow_reader``), and for comparison the
   record-object path it replaced (``batches_to_arrow(iter_batches(...))``, same output);
 * baseline: ``decode_record`` called once per record (the naive approach);
 * vectorized: ``decode_batch`` (offset commits vectorized, other record types deferred), and

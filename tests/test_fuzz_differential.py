@@ -1,6 +1,6 @@
 """Differential fuzzing: the production (vectorized) reader against the exact reader.
 
-Why: ingest reads segments with :mod:`pipelines.sources.fastread`, a vectorized re-implementation
+Why: ingest reads segments with :mod:`pipelines.sources.record_batches.arrow_reader`, a vectorized re-implementation
 of the exact per-record reader (:func:`pipelines.sources.segments.decode_segment_bytes`). On
 any input, damaged or not, both must yield the same records (every column) and report the
 same problems (file, byte position, bytes skipped, reason): otherwise what lands in the lake

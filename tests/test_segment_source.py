@@ -11,10 +11,13 @@ import pyarrow as pa
 import pytest
 
 from pipelines.demo import generate_cluster
-from pipelines.sources.fastread import INDEX_ARROW_SCHEMA, index_segments_arrow, read_segments_arrow
-from pipelines.sources.raw import PACKED_COLUMN, RAW_ARROW_SCHEMA, unpacked
+from pipelines.sources.raw import PACKED_COLUMN, RAW_ARROW_SCHEMA, SPARK_RAW_SCHEMA, unpacked
+from pipelines.sources.record_batches.arrow_reader import (
+    INDEX_ARROW_SCHEMA,
+    index_segments_arrow,
+    read_segments_arrow,
+)
 from pipelines.sources.segment_source import (
-    SPARK_RAW_SCHEMA,
     PartitionIndex,
     SegmentIndexCache,
     emitted_table,

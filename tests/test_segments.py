@@ -22,9 +22,9 @@ import pytest
 from kafka import codec as kcodec
 from kafka.record import MemoryRecords
 
-from pipelines.sources import fastread
 from pipelines.sources import segments as seg
 from pipelines.sources.raw import RAW_ARROW_SCHEMA
+from pipelines.sources.record_batches import arrow_reader, transactions
 from pipelines.sources.segments import (
     BatchInfo,
     NewRecord,
@@ -815,7 +815,7 @@ def test_find_segments_names_and_order(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# vectorized Arrow reader (fastread) == the record-object path, and fold_arrow
+# vectorized Arrow reader (arrow_reader) == the record-object path, and fold_arrow
 # ------------------------------------------------------------------------------------------
 
 
@@ -848,7 +848,7 @@ def assert_fast_decodes_like_exact(
     )
     got: list[Problem] = []
     fast = list(
-        fastread.bytes_to_arrow(
+        arrow_reader.bytes_to_arrow(
             data,
             offsets_partition=offsets_partition,
             base_offset=base_offset,
@@ -862,11 +862,11 @@ def assert_fast_decodes_like_exact(
     return got
 
 
-@pytest.fixture(params=[fastread.GROUP_BYTES, 700], ids=["groups-default", "groups-700B"])
+@pytest.fixture(params=[arrow_reader.GROUP_BYTES, 700], ids=["groups-default", "groups-700B"])
 def group_bytes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
     """Also run with tiny groups: files are then cut into several walks and chunks span
     groups, which the corpus alone (3 groups) hardly exercises."""
-    monkeypatch.setattr(fastread, "GROUP_BYTES", request.param)
+    monkeypatch.setattr(arrow_reader, "GROUP_BYTES", request.param)
     return request.param
 
 
@@ -875,17 +875,17 @@ def test_fast_arrow_equals_exact_per_corpus_file(
 ) -> None:
     for path, (batches, problems) in public_read.items():
         got: list[Problem] = []
-        fast = list(fastread.read_file_arrow(path, cluster_id="c", problems=got))
+        fast = list(arrow_reader.read_file_arrow(path, cluster_id="c", problems=got))
         assert_same_arrow(fast, exact_arrow(batches))
         assert got == problems == []
     for plog in find_segments(scenario_a / "segments"):
         (sf,) = plog.segments
-        fast = list(fastread.read_file_arrow(sf, cluster_id="c", rows_per_batch=1000))
+        fast = list(arrow_reader.read_file_arrow(sf, cluster_id="c", rows_per_batch=1000))
         assert_same_arrow(fast, exact_arrow(golden_read[plog.offsets_partition][0], 1000))
 
 
 @pytest.mark.parametrize(
-    ("group", "rows_per_batch"), [(fastread.GROUP_BYTES, 65536), (64 << 10, 5000), (64 << 10, 333)]
+    ("group", "rows_per_batch"), [(arrow_reader.GROUP_BYTES, 65536), (64 << 10, 5000), (64 << 10, 333)]
 )
 def test_fast_read_arrow_equals_exact_on_corpora(
     public_corpus: Path,
@@ -896,7 +896,7 @@ def test_fast_read_arrow_equals_exact_on_corpora(
     rows_per_batch: int,
 ) -> None:
     """Whole trees: groups of many files, chunks spanning groups (64 KiB: ~300 groups)."""
-    monkeypatch.setattr(fastread, "GROUP_BYTES", group)
+    monkeypatch.setattr(arrow_reader, "GROUP_BYTES", group)
     order = [sf.path for plog in find_segments(public_corpus) for sf in plog.segments]
     exact = exact_arrow((b for p in order for b in public_read[p][0]), rows_per_batch)
     assert_same_arrow(
@@ -1030,13 +1030,13 @@ def raw_batch(
 def fallbacks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Positions of the batches the vector parser declined (handed to _decode_v2_batch)."""
     calls: list[int] = []
-    real = fastread._decode_v2_batch
+    real = arrow_reader._decode_v2_batch
 
     def counting(data: bytes, mv: memoryview, pos: int, *args: Any) -> Any:
         calls.append(pos)
         return real(data, mv, pos, *args)
 
-    monkeypatch.setattr(fastread, "_decode_v2_batch", counting)
+    monkeypatch.setattr(arrow_reader, "_decode_v2_batch", counting)
     return calls
 
 
@@ -1090,7 +1090,7 @@ def test_fast_arrow_vector_edge_cases(fallbacks: list[int]) -> None:
     with pytest.raises(OverflowError):
         exact_arrow(decode_segment_bytes(huge))
     with pytest.raises(OverflowError):
-        list(fastread.bytes_to_arrow(huge))
+        list(arrow_reader.bytes_to_arrow(huge))
 
 
 def test_fast_arrow_fuzzed_records_with_valid_crc(group_bytes: int) -> None:
@@ -1146,12 +1146,12 @@ def assert_fold_arrow_equals_fold(records: list[Record], table: pa.Table) -> Non
     end = max((r.batch.last_offset + 1 for r in records), default=0)
     for stop in (False, True):
         result = fold_transactions(records, stop_at_lso=stop)
-        kept, lso = seg.fold_arrow(table, stop_at_lso=stop, log_end_offset=end)
+        kept, lso = transactions.fold_arrow(table, stop_at_lso=stop, log_end_offset=end)
         assert lso == result.last_stable_offset
         want = list(seg.records_to_arrow(folded_rows(records, result), cluster_id="c"))
         assert kept.equals(pa.Table.from_batches(want, schema=RAW_ARROW_SCHEMA)), stop
         if end == max((r.offset + 1 for r in records), default=0):  # no emptied tail batch
-            assert seg.fold_arrow(table, stop_at_lso=stop)[1] == lso
+            assert transactions.fold_arrow(table, stop_at_lso=stop)[1] == lso
 
 
 def test_fold_arrow_equals_fold_transactions_golden(scenario_a: Path, golden_read: dict) -> None:
@@ -1206,9 +1206,9 @@ def test_fold_arrow_open_and_interleaved_transactions(tmp_path: Path) -> None:
     table = pa.Table.from_batches(list(seg.read_arrow(tmp_path, cluster_id="c")))
     for cut in range(len(records) + 1):
         assert_fold_arrow_equals_fold(records[:cut], table.slice(0, cut))
-    kept, lso = seg.fold_arrow(table)
+    kept, lso = transactions.fold_arrow(table)
     assert lso == 8 and kept.column("offset").to_pylist() == [0, 1, 2, 4, 5, 6, 7, 10]
-    empty, lso = seg.fold_arrow(table.slice(0, 0))
+    empty, lso = transactions.fold_arrow(table.slice(0, 0))
     assert empty.num_rows == 0 and lso == 0
 
 
@@ -1230,10 +1230,10 @@ def test_unique_offsets_equals_log_records(public_corpus: Path) -> None:
     assert len(overlapping) > 10
     deduplicated = 0
     for plog in overlapping:
-        fast = list(fastread.read_segments_arrow(plog.segments, cluster_id="c"))
+        fast = list(arrow_reader.read_segments_arrow(plog.segments, cluster_id="c"))
         table = pa.Table.from_batches(fast, schema=RAW_ARROW_SCHEMA)
         want = list(seg.records_to_arrow(_union_by_offset(plog.segments), cluster_id="c"))
-        union = fastread.unique_offsets(table)
+        union = transactions.unique_offsets(table)
         assert union.equals(pa.Table.from_batches(want, schema=RAW_ARROW_SCHEMA)), plog.directory
         deduplicated += union.num_rows < table.num_rows
     assert deduplicated > 10

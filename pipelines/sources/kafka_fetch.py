@@ -4,7 +4,7 @@ Why not ``KafkaConsumer``: kafka-python's consumer decodes every record into a P
 (~10-15k records/s per task) and hides what ``__consumer_offsets`` auditing needs (producer
 ids, transactional flags, COMMIT/ABORT markers, batch facts). A Fetch response's ``records``
 field holds exactly the bytes of the log's record batches, which the vectorized segment parser
-(:func:`pipelines.sources.fastread.bytes_to_arrow`, ~1M records/s) already turns into
+(:func:`~pipelines.sources.record_batches.arrow_reader.bytes_to_arrow`, ~1M records/s) already turns into
 RAW_ARROW_SCHEMA rows. So this module talks the protocol itself, through kafka-python's
 connection manager (``KafkaNetClient``: bootstrap, TLS/SASL, ApiVersions negotiation,
 metadata), and applies read_committed the way the Java consumer does
@@ -48,7 +48,6 @@ from kafka.net.compat import KafkaNetClient
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 
 from pipelines.kafka_options import KafkaSecurityError, probe
-from pipelines.sources.fastread import bytes_to_arrow
 from pipelines.sources.kafka_source import (
     EARLIEST,
     SOURCE_LABEL,
@@ -62,6 +61,7 @@ from pipelines.sources.kafka_source import (
     redacted,
 )
 from pipelines.sources.raw import NO_POSITION, RAW_ARROW_SCHEMA
+from pipelines.sources.record_batches.arrow_reader import bytes_to_arrow
 from pipelines.sources.segments import Problem
 
 log = logging.getLogger(__name__)

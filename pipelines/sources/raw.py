@@ -52,6 +52,14 @@ RAW_ARROW_SCHEMA: pa.Schema = pa.schema(
     ]
 )
 
+#: RAW_ARROW_SCHEMA as Spark hands it over: Spark exchanges timestamps as microseconds, so a
+#: Python data source's batches carry ``timestamp("us", "UTC")``
+#: (``to_arrow_schema(from_arrow_schema(RAW_ARROW_SCHEMA), timezone="UTC")``).
+SPARK_RAW_SCHEMA: pa.Schema = pa.schema(
+    [f.with_type(pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(f.type) else f
+     for f in RAW_ARROW_SCHEMA]
+)
+
 #: Column names in schema order.
 RAW_COLUMNS: tuple[str, ...] = tuple(RAW_ARROW_SCHEMA.names)
 

@@ -25,26 +25,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.sources.batching import spread_budget
-from pipelines.sources.fastread import (
+from pipelines.sources.raw import PACKED_ARROW_SCHEMA, RAW_ARROW_SCHEMA, SPARK_RAW_SCHEMA, pack
+from pipelines.sources.record_batches.arrow_reader import (
     INDEX_ARROW_SCHEMA,
     bytes_to_arrow,
-    fold_arrow,
     index_segments_arrow,
     read_segments_arrow,
-    unique_offsets,
 )
-from pipelines.sources.raw import PACKED_ARROW_SCHEMA, RAW_ARROW_SCHEMA, pack
+from pipelines.sources.record_batches.transactions import fold_arrow, unique_offsets
 from pipelines.sources.segments import PartitionLog, Problem, find_segments
 
 log = logging.getLogger(__name__)
 
 NAME = "offsetlake-segments"
-
-# Spark exchanges timestamps as microseconds; the raw schema with Spark's timestamp unit.
-SPARK_RAW_SCHEMA = pa.schema([
-    f.with_type(pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(f.type) else f
-    for f in RAW_ARROW_SCHEMA
-])
 
 
 # ----------------------------------------------------------------------------- pure helpers

@@ -45,9 +45,8 @@ Of the ~0.15 s the public corpus now takes, ~0.07 s is the walk (~0.5 us per bat
 unpack, one CRC32C), ~0.01 s reading the files, ~0.02 s ``find_segments``, ~0.06 s the numpy
 and Arrow work (~0.35 us per record).
 
-Also here: :func:`fold_arrow` (``fold_transactions`` on Arrow rows) and
-:func:`unique_offsets` (``segment_source.log_records`` on Arrow), so that
-``segment_source.read_range`` can run without record objects.
+The read_committed fold over these rows is :mod:`.transactions`; the Kafka source feeds Fetch
+response bytes through :func:`bytes_to_arrow` (a Fetch response's records are segment bytes).
 """
 
 from __future__ import annotations
@@ -60,15 +59,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-from crc32c import crc32c as _crc32c
 
-from .raw import RAW_ARROW_SCHEMA
-from .segments import (
-    _V2,
-    _V2_HEADER,
+from ..raw import RAW_ARROW_SCHEMA
+from ..segments import (  # the exact reader, until it lands in record_batches/exact_reader.py
     BatchInfo,
-    Problem,
     Record,
     SegmentFile,
     _decode_v2_batch,
@@ -76,7 +70,19 @@ from .segments import (
     parse_segment_name,
     partition_of_dir,
 )
-from .segments import log as _seg_log
+from .framing import (
+    ATTR_CODEC,
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    LOG_OVERHEAD,
+    MIN_LENGTH,
+    V2_CRC_START,
+    V2_HEADER,
+    V2_HEADER_SIZE,
+    crc32c,
+)
+from .problems import Problem, log_problem
 
 #: What index_segments_arrow returns per record: enough to plan and fold, no bytes.
 INDEX_ARROW_SCHEMA = pa.schema(
@@ -86,11 +92,12 @@ INDEX_ARROW_SCHEMA = pa.schema(
 )
 
 __all__ = [
+    "INDEX_ARROW_SCHEMA",
     "bytes_to_arrow",
-    "fold_arrow",
+    "index_segments_arrow",
+    "numpy_to_arrow",
     "read_file_arrow",
     "read_segments_arrow",
-    "unique_offsets",
 ]
 
 #: Bytes of segment data processed together: large enough to amortise numpy's per-call cost
@@ -101,7 +108,7 @@ _WALK = struct.Struct(">qi4xbI2xi")
 # Padding after the group buffer: varint reads look up to 8 bytes past a (clamped) position,
 # and the 61-byte header window view needs a buffer at least that long even when empty.
 _PAD = bytes(64)
-_ATTR_NOT_FAST = 0x07 | 0x20  # compressed or control: decoded by the exact path
+_ATTR_NOT_FAST = ATTR_CODEC | ATTR_CONTROL  # compressed or control: decoded by the exact path
 _LIMIT = 1 << 62  # |base offset|, |base timestamp| bound: sums with deltas cannot overflow
 _FEW_ROUNDS = 16  # after this many record rounds, stragglers go to the exact decoder...
 _FEW_BATCHES = 16  # ...when fewer than this many batches are still active
@@ -186,19 +193,20 @@ def _walk(f: _File, stop: int) -> _Part:
         problems.append(Problem(path, position, skipped, reason))
 
     unpack = _WALK.unpack_from
-    crc32c = _crc32c
+    check = crc32c
     append = fast.append
-    lim = min(n - _V2_HEADER, stop)
+    overhead, min_length, crc_start = LOG_OVERHEAD, MIN_LENGTH[2], V2_CRC_START  # locals: hot loop
+    lim = min(n - V2_HEADER_SIZE, stop)
     while pos < n and pos <= stop:
         while pos <= lim:
             base, length, magic, crc, last_delta = unpack(data, pos)
-            end = pos + 12 + length
+            end = pos + overhead + length
             if (
                 magic != 2
-                or length < 49
+                or length < min_length
                 or end > n
                 or base < floor
-                or crc32c(data[pos + 21 : end]) != crc
+                or check(data[pos + crc_start : end]) != crc
             ):
                 break
             append(pos)
@@ -219,7 +227,7 @@ def _walk(f: _File, stop: int) -> _Part:
     part.walked = pos - begin
     if fast:
         part.start = fast[0]
-        part.end = fast[-1] + 12 + struct.unpack_from(">i", data, fast[-1] + 8)[0]
+        part.end = fast[-1] + LOG_OVERHEAD + struct.unpack_from(">i", data, fast[-1] + 8)[0]
     return part
 
 
@@ -244,7 +252,7 @@ _HEADER_DTYPE = np.dtype(
         ],
         "formats": [">i8", ">i4", ">i4", ">i2", ">i8", ">i8", ">i8", ">i2", ">i4"],
         "offsets": [0, 8, 12, 21, 27, 35, 43, 51, 57],
-        "itemsize": _V2_HEADER,
+        "itemsize": V2_HEADER_SIZE,
     }
 )
 
@@ -252,7 +260,7 @@ _HEADER_DTYPE = np.dtype(
 def _headers(u: np.ndarray, gpos: np.ndarray) -> dict[str, np.ndarray]:
     """Header fields of the batches at ``gpos``, native byte order: one row gather through a
     sliding-window view (61 bytes per batch, no index array per byte), then field views."""
-    rows = np.lib.stride_tricks.sliding_window_view(u, _V2_HEADER)[gpos]
+    rows = np.lib.stride_tricks.sliding_window_view(u, V2_HEADER_SIZE)[gpos]
     rec = rows.view(_HEADER_DTYPE)[:, 0]
     return {name: rec[name].astype(rec[name].dtype.newbyteorder("=")) for name in rec.dtype.names}
 
@@ -362,7 +370,7 @@ def _parse_records(
     return out
 
 
-def _arrow(values: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
+def numpy_to_arrow(values: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
     """Zero-copy Arrow array of a numpy array (bool: bit-packed), nulls where ``null``.
 
     ``pa.array(ndarray)`` would do, but its first call imports pandas (~0.5 s), a cost the
@@ -422,7 +430,7 @@ def _binary(
     )
     valid = lens >= 0
     idx = np.arange(1, 2 * m, 2, dtype=np.int64)
-    arr = view.take(_arrow(idx, ~valid))
+    arr = view.take(numpy_to_arrow(idx, ~valid))
     if large:
         arr = arr.cast(pa.binary())
     if not extra:
@@ -435,13 +443,13 @@ def _binary(
     rest[fast_rows] = False
     perm[rest] = np.arange(m, n, dtype=np.int64)
     both = pa.concat_arrays([arr, _bytes_array(extra, pa.binary())])
-    return both.take(_arrow(perm))
+    return both.take(numpy_to_arrow(perm))
 
 
 def _strings(values: list[str], codes: np.ndarray) -> pa.Array:
     """String column from per-row codes into ``values`` (code -1 = null)."""
     table = _bytes_array([v.encode("utf-8") for v in values], pa.string())
-    return table.take(_arrow(codes, codes < 0))
+    return table.take(numpy_to_arrow(codes, codes < 0))
 
 
 def _build(
@@ -490,8 +498,8 @@ def _build(
     base, attrs, count = hdr["base"], hdr["attrs"], hdr["count"].astype(np.int64)
     length = hdr["length"].astype(np.int64)
     base_ts, max_ts = hdr["base_ts"], hdr["max_ts"]
-    bstart = gpos + _V2_HEADER
-    bend = gpos + 12 + length
+    bstart = gpos + V2_HEADER_SIZE
+    bend = gpos + LOG_OVERHEAD + length
     ok = (
         (attrs & _ATTR_NOT_FAST == 0)
         & (count >= 0)
@@ -509,8 +517,8 @@ def _build(
         pi = int(part_of[i])
         f = parts[pi].file
         pos = int(fpos[i])
-        end = pos + 12 + int(length[i])
-        header = _V2.unpack_from(f.data, pos)
+        end = pos + LOG_OVERHEAD + int(length[i])
+        header = V2_HEADER.unpack_from(f.data, pos)
         batch, recs, error = _decode_v2_batch(
             f.data, f.mv, pos, end, header, True, f.path, f.partition
         )
@@ -524,8 +532,7 @@ def _build(
         problems.extend(pr for _, _, pr in merged)
     else:
         for _, _, pr in merged:
-            _seg_log.warning("%s @%d: %s (%d bytes skipped)", pr.path, pr.position, pr.reason,
-                             pr.length_skipped)
+            log_problem(pr)
     exact.sort(key=lambda t: t[0])
 
     # ---- batch-level columns (one value per batch of the group), then rows
@@ -572,7 +579,7 @@ def _build(
         "offsets_partition": part_col,
         "producer_id": per_batch(hdr["pid"], "producer_id", np.int64),
         "producer_epoch": per_batch(hdr["epoch"], "producer_epoch", np.int16),
-        "is_transactional": per_batch((attrs & 0x10) != 0, "is_transactional", np.bool_),
+        "is_transactional": per_batch((attrs & ATTR_TRANSACTIONAL) != 0, "is_transactional", np.bool_),
         "is_control": per_batch(np.zeros(fast_ord.size, bool), "is_control", np.bool_),
         "partition_leader_epoch": per_batch(
             hdr["leader_epoch"], "partition_leader_epoch", np.int32
@@ -581,7 +588,7 @@ def _build(
         "batch_base_offset": per_batch(base, "base_offset", np.int64),
         "crc_valid": per_batch(np.ones(fast_ord.size, bool), "crc_valid", np.bool_),
         "source_position": per_batch(fpos, "position", np.int64),
-        "timestamp_type": per_batch((attrs & 0x08) >> 3, "timestamp_type", np.int8),
+        "timestamp_type": per_batch((attrs & ATTR_TIMESTAMP_TYPE) != 0, "timestamp_type", np.int8),
     }
     row_batch = np.repeat(np.arange(nb, dtype=np.int64), counts)
     row_start = ends - counts
@@ -600,7 +607,7 @@ def _build(
         rows = row_start[fast_ord[cand]] + cat(rounds.k)
         offset[rows] = base[cand] + cat(rounds.off_delta)
         timestamp[rows] = np.where(
-            attrs[cand] & 0x08, max_ts[cand], base_ts[cand] + cat(rounds.ts_delta)
+            attrs[cand] & ATTR_TIMESTAMP_TYPE, max_ts[cand], base_ts[cand] + cat(rounds.ts_delta)
         )
         if exact or len(rounds.batch) > 1:  # rounds are interleaved: scatter to row order
             is_fast = np.zeros(nrows, dtype=bool)
@@ -647,14 +654,14 @@ def _build(
         ordinals = np.array([next(p.file.ordinal for p in parts if p.file.path == name)
                              for name in file_names], dtype=np.int32)
         index = {
-            "offset": _arrow(offset),
-            "producer_id": _arrow(batch_cols["producer_id"][row_batch]),
-            "is_transactional": _arrow(batch_cols["is_transactional"][row_batch]),
-            "is_control": _arrow(batch_cols["is_control"][row_batch]),
+            "offset": numpy_to_arrow(offset),
+            "producer_id": numpy_to_arrow(batch_cols["producer_id"][row_batch]),
+            "is_transactional": numpy_to_arrow(batch_cols["is_transactional"][row_batch]),
+            "is_control": numpy_to_arrow(batch_cols["is_control"][row_batch]),
             "control_type": _strings(control_names, control) if control_names
             else pa.nulls(nrows, pa.string()),
-            "source_file": _arrow(ordinals[source][row_batch]),
-            "source_position": _arrow(batch_cols["source_position"][row_batch]),
+            "source_file": numpy_to_arrow(ordinals[source][row_batch]),
+            "source_position": numpy_to_arrow(batch_cols["source_position"][row_batch]),
         }
         return pa.RecordBatch.from_arrays([index[f.name] for f in INDEX_ARROW_SCHEMA],
                                           schema=INDEX_ARROW_SCHEMA), ends
@@ -662,8 +669,8 @@ def _build(
         "cluster_id": pa.nulls(nrows, pa.string())
         if cluster_id is None
         else _strings([cluster_id], np.zeros(nrows, dtype=np.int32)),
-        "offset": _arrow(offset),
-        "timestamp": _arrow(timestamp, timestamp < 0).view(_TS_TYPE),
+        "offset": numpy_to_arrow(offset),
+        "timestamp": numpy_to_arrow(timestamp, timestamp < 0).view(_TS_TYPE),
         "key": _binary(buf, key_start, key_len, keys_extra, fast_rows),
         "value": _binary(buf, value_start, value_len, values_extra, fast_rows),
         "control_type": _strings(control_names, control)
@@ -673,7 +680,7 @@ def _build(
         "source": _strings(file_names, source[row_batch]),
     }
     for name, values in batch_cols.items():
-        cols[name] = _arrow(values[row_batch])
+        cols[name] = numpy_to_arrow(values[row_batch])
     # every column is built with its schema type; from_arrays rejects any mismatch
     arrays = [cols[f.name] for f in RAW_ARROW_SCHEMA]
     return pa.RecordBatch.from_arrays(arrays, schema=RAW_ARROW_SCHEMA), ends
@@ -797,96 +804,3 @@ def read_file_arrow(
         offsets_partition=offsets_partition,
         problems=problems,
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Transaction folding on Arrow
-# --------------------------------------------------------------------------------------------
-
-
-def _bools(arr: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A boolean column as numpy, null = False."""
-    return arr.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
-
-
-def fold_arrow(
-    table: pa.Table | pa.RecordBatch,
-    *,
-    stop_at_lso: bool = False,
-    log_end_offset: int | None = None,
-) -> tuple[pa.Table, int]:
-    """:func:`~pipelines.sources.segments.fold_transactions` on RAW_ARROW_SCHEMA rows of ONE
-    partition in log order: (rows kept, last stable offset).
-
-    Kept, in log order: non-transactional data, committed transactional data, and every
-    control row (the markers, which ``FoldResult`` returns separately). Dropped: data of
-    aborted transactions and held-back data of transactions with no marker yet (always at or
-    after the LSO); with ``stop_at_lso`` also the other data rows at or after the LSO
-    (control rows stay, as in ``fold_transactions``). A data row is decided by the first
-    COMMIT/ABORT control row of the same producer id after it.
-
-    The LSO is the first offset of the earliest open transaction, else the log end offset:
-    ``log_end_offset`` if given, else max(offset) + 1. ``fold_transactions`` uses the last
-    offset of the last *batch* there, which Arrow rows do not carry (it differs when the
-    cleaner emptied the tail of that batch); pass ``log_end_offset`` to match it exactly.
-    """
-    if isinstance(table, pa.RecordBatch):
-        table = pa.Table.from_batches([table])
-    n = table.num_rows
-    offset = table.column("offset").to_numpy(zero_copy_only=False).astype(np.int64)
-    end = int(offset.max()) + 1 if n else 0
-    if log_end_offset is not None:
-        end = log_end_offset
-    is_control = _bools(table.column("is_control"))
-    data_txn = ~is_control & _bools(table.column("is_transactional"))
-    ctype = table.column("control_type")
-    is_abort = _bools(pc.equal(ctype, "ABORT"))
-    decisive = is_control & (is_abort | _bools(pc.equal(ctype, "COMMIT")))
-    producer = table.column("producer_id").fill_null(-1).to_numpy(zero_copy_only=False)
-
-    drop = np.zeros(n, dtype=bool)
-    lso = end
-    cand = np.flatnonzero(data_txn | decisive)
-    if cand.size:
-        order = cand[np.argsort(producer[cand], kind="stable")]  # by producer, then log order
-        marker = decisive[order]
-        m = order.size
-        nxt = np.where(marker, np.arange(m), m)
-        nxt = np.minimum.accumulate(nxt[::-1])[::-1]  # next marker at or after, in order
-        data = ~marker
-        rows = order[data]
-        nm = nxt[data]
-        decided = nm < m
-        decided[decided] = producer[order[nm[decided]]] == producer[rows[decided]]
-        aborted = decided.copy()
-        aborted[decided] = is_abort[order[nm[decided]]]
-        drop[rows[aborted]] = True
-        held = rows[~decided]  # grouped by producer, log order within
-        if held.size:
-            drop[held] = True
-            hp = producer[held]
-            first = np.ones(held.size, dtype=bool)
-            first[1:] = hp[1:] != hp[:-1]
-            lso = int(offset[held[first]].min())
-    if stop_at_lso:
-        drop |= ~is_control & (offset >= lso)
-    if not drop.any():  # the common case: no aborted or open transaction, no copy
-        return table, lso
-    return table.filter(_arrow(~drop)), lso
-
-
-def unique_offsets(table: pa.Table | pa.RecordBatch) -> pa.Table:
-    """One partition's rows in offset order, each offset once, the first copy winning:
-    ``segment_source.log_records`` on Arrow, for partition directories holding overlapping
-    files (``.swap``/``.cleaned`` leftovers, copies of a segment taken at different times).
-    Rows already strictly increasing are returned as they are."""
-    if isinstance(table, pa.RecordBatch):
-        table = pa.Table.from_batches([table])
-    offset = table.column("offset").to_numpy(zero_copy_only=False)
-    if offset.size < 2 or bool((offset[1:] > offset[:-1]).all()):
-        return table
-    order = np.argsort(offset, kind="stable")
-    ordered = offset[order]
-    first = np.ones(order.size, dtype=bool)
-    first[1:] = ordered[1:] != ordered[:-1]
-    return table.take(_arrow(order[first]))
