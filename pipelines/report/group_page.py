@@ -29,17 +29,17 @@ from plotly.subplots import make_subplots
 
 from pipelines.lake.location import LakeLocation
 from pipelines.queries import _is_remote, _open, _plain_files
-from pipelines.report.html import (
-    _PALETTE,
+from pipelines.report.render import (
     MAX_PARTITIONS,
-    _esc,
-    _figure,
-    _fmt_ms,
-    _fmt_ts,
-    _note,
-    _rows,
-    _short,
-    _table,
+    PALETTE,
+    esc,
+    figure_div,
+    fmt_ms,
+    fmt_ts,
+    html_note,
+    html_table,
+    query_rows,
+    short_member,
 )
 
 #: Groups with a page in a whole-lake report (the busiest by commits); --group gives one.
@@ -94,7 +94,7 @@ def _by_group(table: pa.Table | None) -> dict[str, list[dict[str, Any]]]:
 
 
 def _not_available(table: str, what: str) -> str:
-    return _note(f"{what}: not available in this lake (it has no <code>{table}</code> table; "
+    return html_note(f"{what}: not available in this lake (it has no <code>{table}</code> table; "
                  "lakes written by offsetlake versions before it existed do not).")
 
 
@@ -108,14 +108,14 @@ def _header(group_id: str, state: dict[str, Any] | None, activity: dict[str, Any
         epoch = (f", generation {state['generation']}" if state["generation"] is not None else "")
         if state.get("assignment_epoch") is not None:
             epoch += f", assignment epoch {state['assignment_epoch']}"
-        now = (f"{_esc(state['group_type'])}, <b>{_esc(state['group_state'])}</b>{epoch}, "
+        now = (f"{esc(state['group_type'])}, <b>{esc(state['group_state'])}</b>{epoch}, "
                f"{state['num_members']} member(s)")
     span = ""
     if activity and activity["commits"]:
-        span = (f" · {activity['commits']:,} commit record(s) {_fmt_ts(activity['first'])} → "
-                f"{_fmt_ts(activity['last'])}")
+        span = (f" · {activity['commits']:,} commit record(s) {fmt_ts(activity['first'])} → "
+                f"{fmt_ts(activity['last'])}")
     when = activity["last"] if activity and activity["last"] else None
-    hint = (f" · state at any instant: <code>offsetlake state --group {_esc(group_id)} --as-of "
+    hint = (f" · state at any instant: <code>offsetlake state --group {esc(group_id)} --as-of "
             f"{when.astimezone(timezone.utc):%Y-%m-%dT%H:%M:%SZ}</code>" if when else "")
     return f"<p>Now: {now}{span}{hint}</p>"
 
@@ -123,10 +123,10 @@ def _header(group_id: str, state: dict[str, Any] | None, activity: dict[str, Any
 def _lag_over_snapshots(group_id: str, slug: str, rows: list[dict[str, Any]],
                         has_time_lag: bool, table_exists: bool) -> str:
     if not table_exists:
-        return _note("No snapshot of the cluster yet (no <code>snapshot_lag</code> table): "
+        return html_note("No snapshot of the cluster yet (no <code>snapshot_lag</code> table): "
                      "<code>offsetlake snapshot</code> records offset and time lag.")
     if not rows:
-        return _note("No snapshot recorded lag for this group (<code>offsetlake snapshot</code> "
+        return html_note("No snapshot recorded lag for this group (<code>offsetlake snapshot</code> "
                      "records it).")
     series: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: (r["captured_at"], r["topic"], r["partition"])):
@@ -139,7 +139,7 @@ def _lag_over_snapshots(group_id: str, slug: str, rows: list[dict[str, Any]],
                                                                     else []))
     for i, name in enumerate(shown):
         pts = series[name]
-        colour = _PALETTE[i % len(_PALETTE)]
+        colour = PALETTE[i % len(PALETTE)]
         fig.add_trace(go.Scatter(
             x=[r["captured_at"] for r in pts], y=[r["lag"] for r in pts], name=name,
             legendgroup=name, mode="lines+markers", line={"color": colour, "width": 1.5},
@@ -177,18 +177,18 @@ def _lag_over_snapshots(group_id: str, slug: str, rows: list[dict[str, Any]],
         if has_time_lag:
             tl = r.get("time_lag_ms")
             eta = r.get("est_catch_up_s")
-            row += [_fmt_ms(int(tl)) if tl is not None else "—", r.get("time_lag_reason") or "",
-                    _fmt_ms(int(eta * 1000)) + " (estimate)" if eta is not None else "—"]
+            row += [fmt_ms(int(tl)) if tl is not None else "—", r.get("time_lag_reason") or "",
+                    fmt_ms(int(eta * 1000)) + " (estimate)" if eta is not None else "—"]
         body.append(row)
-    table = _table(columns, body, classes="compact")
-    return (_figure(fig, f"plot-group-{slug}-lag") + "".join(_note(n) for n in notes)
-            + f"<details><summary>Lag at the latest snapshot ({_fmt_ts(latest)})</summary>"
+    table = html_table(columns, body, classes="compact")
+    return (figure_div(fig, f"plot-group-{slug}-lag") + "".join(html_note(n) for n in notes)
+            + f"<details><summary>Lag at the latest snapshot ({fmt_ts(latest)})</summary>"
             f"{table}</details>")
 
 
 def _owner_label(r: dict[str, Any]) -> str:
     if r.get("attribution") == "owner":
-        who = r.get("client_id") or _short(r.get("member_id"))
+        who = r.get("client_id") or short_member(r.get("member_id"))
         if r.get("group_instance_id"):
             who += f" [{r['group_instance_id']}]"
         return who
@@ -200,12 +200,12 @@ def _attributed_commits(group_id: str, slug: str, rows: list[dict[str, Any]],
     if not table_exists:
         return _not_available("commit_attribution", "Commits attributed to members")
     if not rows:
-        return _note("No attributed commits for this group.")
+        return html_note("No attributed commits for this group.")
     for r in rows:  # the record's time; the broker's commit time where a row has none
         r["record_timestamp"] = r["record_timestamp"] or r.get("commit_timestamp")
     times = [r["record_timestamp"] for r in rows if r["record_timestamp"] is not None]
     if not times:
-        return _note(f"{len(rows):,} attributed commits, none with a timestamp to plot.")
+        return html_note(f"{len(rows):,} attributed commits, none with a timestamp to plot.")
     first, last = min(times), max(times)
     span_ms = max(1, int((last - first).total_seconds() * 1000))
     bucket_ms = max(1, -(-span_ms // COMMIT_BUCKETS))
@@ -226,30 +226,30 @@ def _attributed_commits(group_id: str, slug: str, rows: list[dict[str, Any]],
     labels = sorted(per_label, key=lambda k: (k.startswith("("), -per_label[k]["n"], k))
     for i, label in enumerate(labels):
         xs = sorted(counts[label])
-        colour = _NOT_OWNER_COLOURS.get(per_label[label]["attribution"], _PALETTE[i % len(_PALETTE)])
+        colour = _NOT_OWNER_COLOURS.get(per_label[label]["attribution"], PALETTE[i % len(PALETTE)])
         fig.add_trace(go.Bar(
             x=[datetime.fromtimestamp(first.timestamp() + b * bucket_ms / 1000, tz=timezone.utc)
                for b in xs],
             y=[counts[label][b] for b in xs], name=label, marker={"color": colour},
-            hovertemplate=f"{_esc(label)}<br>%{{x}}<br>%{{y:,}} commit(s)<extra></extra>"))
+            hovertemplate=f"{esc(label)}<br>%{{x}}<br>%{{y:,}} commit(s)<extra></extra>"))
     fig.update_layout(barmode="stack", height=340, bargap=0.05,
-                      title={"text": f"Commits of {group_id} by owner ({_fmt_ms(bucket_ms)} buckets)",
+                      title={"text": f"Commits of {group_id} by owner ({fmt_ms(bucket_ms)} buckets)",
                              "x": 0.5},
                       yaxis={"title": "commit records"}, legend={"title": {"text": "committed by"}})
-    table = _table(["committed by", "attribution", "host", "member ids", "commits", "first",
+    table = html_table(["committed by", "attribution", "host", "member ids", "commits", "first",
                     "last"],
                    [(label, per_label[label]["attribution"] or "—", per_label[label]["host"] or "—",
-                     ", ".join(_short(m) for m in sorted(per_label[label]["members"])) or "—",
-                     per_label[label]["n"], _fmt_ts(per_label[label]["first"]),
-                     _fmt_ts(per_label[label]["last"])) for label in labels], classes="compact")
-    return _figure(fig, f"plot-group-{slug}-commits") + table
+                     ", ".join(short_member(m) for m in sorted(per_label[label]["members"])) or "—",
+                     per_label[label]["n"], fmt_ts(per_label[label]["first"]),
+                     fmt_ts(per_label[label]["last"])) for label in labels], classes="compact")
+    return figure_div(fig, f"plot-group-{slug}-commits") + table
 
 
 def _anomalies(group_id: str, slug: str, rows: list[dict[str, Any]], table_exists: bool) -> str:
     if not table_exists:
         return _not_available("offset_anomalies", "Anomalies")
     if not rows:
-        return _note("No offset anomalies recorded for this group.")
+        return html_note("No offset anomalies recorded for this group.")
     rows = sorted(rows, key=lambda r: (r["record_timestamp"] or datetime.min.replace(tzinfo=timezone.utc),
                                        r["offset"]))
     fig = go.Figure()
@@ -261,7 +261,7 @@ def _anomalies(group_id: str, slug: str, rows: list[dict[str, Any]], table_exist
                                    "symbol": "diamond", "line": {"width": 1, "color": "white"}},
             customdata=[[f"{r['topic']}-{r['partition']}", r["committed_offset"],
                          "—" if r.get("previous_offset") is None else r["previous_offset"],
-                         _esc(r.get("member_id") or r.get("attribution") or "—")] for r in pts],
+                         esc(r.get("member_id") or r.get("attribution") or "—")] for r in pts],
             hovertemplate=("%{y}<br>%{x}<br>%{customdata[0]} committed %{customdata[1]}"
                            " (before: %{customdata[2]})<br>by %{customdata[3]}<extra></extra>")))
     kinds = sorted({r["kind"] for r in rows})
@@ -273,16 +273,16 @@ def _anomalies(group_id: str, slug: str, rows: list[dict[str, Any]], table_exist
         by_kind[(r["kind"], r["severity"])] += 1
     counts = ", ".join(f"{k} ({s}): {n}" for (k, s), n in sorted(by_kind.items()))
     shown = rows[:MAX_ANOMALY_ROWS]
-    table = _table(["time", "kind", "severity", "partition", "committed", "previous", "by", "reason"],
-                   [(_fmt_ts(r["record_timestamp"]), r["kind"], r["severity"],
+    table = html_table(["time", "kind", "severity", "partition", "committed", "previous", "by", "reason"],
+                   [(fmt_ts(r["record_timestamp"]), r["kind"], r["severity"],
                      f"{r['topic']}-{r['partition']}", r["committed_offset"],
                      r["previous_offset"] if r.get("previous_offset") is not None else "—",
-                     _short(r.get("member_id")) or r.get("attribution") or "—", r.get("reason") or "")
+                     short_member(r.get("member_id")) or r.get("attribution") or "—", r.get("reason") or "")
                     for r in shown], classes="compact")
-    more = (_note(f"First {MAX_ANOMALY_ROWS} of {len(rows):,} anomalies.")
+    more = (html_note(f"First {MAX_ANOMALY_ROWS} of {len(rows):,} anomalies.")
             if len(rows) > MAX_ANOMALY_ROWS else "")
-    return (_figure(fig, f"plot-group-{slug}-anomalies") + f"<p>{len(rows):,} anomalies: "
-            f"{_esc(counts)}</p>" + more + table)
+    return (figure_div(fig, f"plot-group-{slug}-anomalies") + f"<p>{len(rows):,} anomalies: "
+            f"{esc(counts)}</p>" + more + table)
 
 
 # ------------------------------------------------------------------------------ the section
@@ -295,20 +295,20 @@ def group_pages(con: Any, lake: str | LakeLocation, group: str | None) -> str:
     consumer_groups registered); the optional audit tables are read here with their own
     columns.
     """
-    activity = {r["group_id"]: r for r in _rows(con, """
+    activity = {r["group_id"]: r for r in query_rows(con, """
         SELECT group_id, COUNT(*) AS commits,
                MIN(COALESCE(record_timestamp, commit_timestamp)) AS first,
                MAX(COALESCE(record_timestamp, commit_timestamp)) AS last
         FROM offset_commits WHERE $group IS NULL OR group_id = $group
         GROUP BY group_id""", group=group)}
-    known = {r["group_id"] for r in _rows(con, """
+    known = {r["group_id"] for r in query_rows(con, """
         SELECT DISTINCT group_id FROM group_metadata WHERE $group IS NULL OR group_id = $group""",
                                           group=group)} | set(activity)
     if not known:
-        return _note("No groups in the lake.")
+        return html_note("No groups in the lake.")
     ranked = sorted(known, key=lambda g: (-(activity[g]["commits"] if g in activity else 0), g))
     groups = sorted(ranked[:MAX_GROUP_PAGES])
-    states = {r["group_id"]: r for r in _rows(con, """
+    states = {r["group_id"]: r for r in query_rows(con, """
         SELECT * FROM consumer_groups WHERE list_contains($groups, group_id)""", groups=groups)}
 
     lag = read_group_rows(lake, "snapshot_lag", groups)
@@ -323,10 +323,10 @@ def group_pages(con: Any, lake: str | LakeLocation, group: str | None) -> str:
     for i, gid in enumerate(groups):
         slug = _slug(gid, i)
         n_anomalies = len(anomaly_rows.get(gid, []))
-        index.append(f'<a href="#group-{slug}">{_esc(gid)}</a>'
+        index.append(f'<a href="#group-{slug}">{esc(gid)}</a>'
                      + (f' <span class="bad">({n_anomalies} anomalies)</span>' if n_anomalies else ""))
         pages.append(
-            f'<div class="group-page" id="group-{slug}"><h3>{_esc(gid)}</h3>'
+            f'<div class="group-page" id="group-{slug}"><h3>{esc(gid)}</h3>'
             + _header(gid, states.get(gid), activity.get(gid))
             + "<h4>Offset and time lag over snapshots</h4>"
             + _lag_over_snapshots(gid, slug, lag_rows.get(gid, []), has_time_lag, lag is not None)
@@ -335,7 +335,7 @@ def group_pages(con: Any, lake: str | LakeLocation, group: str | None) -> str:
             + "<h4>Anomalies on the timeline</h4>"
             + _anomalies(gid, slug, anomaly_rows.get(gid, []), anomalies is not None)
             + "</div>")
-    more = (_note(f"Pages for the {len(groups)} busiest of {len(known)} groups; "
+    more = (html_note(f"Pages for the {len(groups)} busiest of {len(known)} groups; "
                   "<code>offsetlake report --group G</code> gives any one group's page.")
             if len(groups) < len(known) else "")
     return (more + f'<p class="group-index">{" · ".join(index)}</p>' + "".join(pages))
