@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -286,24 +286,39 @@ def _data_size(arr: pa.Array) -> int:
     return int(offsets[-1] - offsets[0])
 
 
-def _decode_chunk(
-    keys: pa.Array, values: pa.Array, control: pa.Array | None, decode_other_types: bool
-) -> pa.RecordBatch:
-    n = len(keys)
-    k, v = _Binary(keys), _Binary(values)
-    ctrl = (
-        pc.fill_null(control, False).to_numpy(zero_copy_only=False).astype(bool)
-        if control is not None
-        else np.zeros(n, dtype=bool)
-    )
-    zero = np.zeros(n, dtype=np.int64)
+class _KeyLayout(NamedTuple):
+    """Where the fields of each row's key are: int16 type, then (types 0/1) string group,
+    string topic, int32 partition (spec 1.3)."""
 
-    # --- key: int16 type, then (types 0/1) string group, string topic, int32 partition
+    rtype: np.ndarray  # the key's record type (0 when it has none)
+    other: np.ndarray  # a record type other than 0/1: decoded elsewhere
+    ok: np.ndarray  # a well-formed offset-commit key
+    glen: np.ndarray
+    tpos: np.ndarray
+    tlen: np.ndarray
+    ppos: np.ndarray
+
+
+class _ValueLayout(NamedTuple):
+    """Where the fields of each row's value are: int16 version, then the v0-v4 layouts of
+    spec 1.4 (a v4 value's metadata is a compact string, its tags at most a topic id)."""
+
+    tomb: np.ndarray  # a well-formed key without a value
+    ok: np.ndarray  # a value the fast path reads
+    ver: np.ndarray
+    flex: np.ndarray  # version 4 (flexible)
+    mstart: np.ndarray  # metadata string
+    mlen: np.ndarray
+    ctpos: np.ndarray  # commit timestamp (expire timestamp / tags follow)
+    tags_absent: np.ndarray
+    has_tid: np.ndarray  # tag 0 = topicId present
+
+
+def _key_layout(k: _Binary, ctrl: np.ndarray) -> _KeyLayout:
+    zero = np.zeros(len(ctrl), dtype=np.int64)
     has_type = k.valid & (k.length >= 2) & ~ctrl
     rtype = np.where(has_type, k.be(k.start, 2), 0)
     commit = has_type & ((rtype == 0) | (rtype == 1))
-    other = has_type & ~commit
-
     kok = commit & (k.length >= 4)
     glen = k.be(np.where(kok, k.start + 2, zero), 2).astype(np.int64)
     tpos = k.start + 4 + glen
@@ -313,8 +328,11 @@ def _decode_chunk(
     ppos = tpos + 2 + tlen
     kok &= (tlen >= 0) & (ppos + 4 == k.end)
     ppos = np.where(kok, ppos, zero)
+    return _KeyLayout(rtype, has_type & ~commit, kok, glen, tpos, tlen, ppos)
 
-    # --- value: int16 version, then the v0-v4 layouts of spec 1.4
+
+def _value_layout(v: _Binary, kok: np.ndarray) -> _ValueLayout:
+    zero = np.zeros(len(kok), dtype=np.int64)
     tomb = kok & ~v.valid
     vok = kok & v.valid & (v.length >= 2)
     ver = np.where(vok, v.be(v.start, 2), 0).astype(np.int64)
@@ -341,27 +359,17 @@ def _decode_chunk(
     tags_empty = flex & (tail == 1) & (t0 == 0)
     has_tid = flex & (tail == 19) & (t0 == 1) & (t1 == 0) & (t2 == 16)
     vok &= ~flex | tags_absent | tags_empty | has_tid
+    return _ValueLayout(tomb, vok, ver, flex, mstart, mlen, ctpos, tags_absent, has_tid)
 
-    # --- strings (UTF-8 checked by Arrow; a row that fails goes per row)
-    key_rows = kok & (vok | tomb)
-    group, bad_g = _strings(k, k.start + 4, glen, key_rows)
-    topic, bad_t = _strings(k, tpos + 2, tlen, key_rows)
-    metadata, bad_m = _strings(v, mstart, mlen, vok)
-    bad = bad_g | bad_t | bad_m
-    vok &= ~bad
-    tomb &= ~bad
-    key_rows &= ~bad
-    v4 = vok & flex
-    tid_pos = np.where(has_tid & v4, ctpos + 11, zero)
-    topic_id = _uuid_strings(v, tid_pos, has_tid & v4, v4)
 
-    deferred = other if not decode_other_types else np.zeros(n, dtype=bool)
-    fallback = ~ctrl & ~key_rows & ~deferred
-
-    # --- numeric columns (values, validity); fallback rows are overwritten below
-    num: dict[str, tuple[np.ndarray, np.ndarray]] = {
-        "record_type": (rtype.astype(np.int16), key_rows | deferred),
-        "partition": (np.where(key_rows, k.be(ppos, 4), 0).astype(np.int32), key_rows),
+def _numeric(k: _Binary, v: _Binary, key: _KeyLayout, val: _ValueLayout, vok: np.ndarray,
+             key_rows: np.ndarray, deferred: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The numeric columns as (values, validity) of the fast path (several share one mask)."""
+    zero = np.zeros(len(vok), dtype=np.int64)
+    ver, ctpos = val.ver, val.ctpos
+    return {
+        "record_type": (key.rtype.astype(np.int16), key_rows | deferred),
+        "partition": (np.where(key_rows, k.be(key.ppos, 4), 0).astype(np.int32), key_rows),
         "value_version": (ver.astype(np.int16), vok),
         "committed_offset": (v.be(np.where(vok, v.start + 2, zero), 8), vok),
         "leader_epoch": (
@@ -372,35 +380,64 @@ def _decode_chunk(
         "expire_timestamp": (v.be(np.where(vok & (ver == 1), ctpos + 8, zero), 8),
                              vok & (ver == 1)),
     }
+
+
+def _overwrite_fallback(k: _Binary, v: _Binary, rows: np.ndarray,
+                        num: dict[str, tuple[np.ndarray, np.ndarray]], status: np.ndarray,
+                        strings: dict[str, pa.Array]) -> dict[str, pa.Array]:
+    """Rows the fast path cannot read, decoded one by one into their slots: ``num`` and
+    ``status`` in place, the string columns returned."""
+    fb = _fallback_rows(k, v, rows)
+    for name, (values_, shared_valid) in num.items():
+        valid = shared_valid.copy()  # several columns share one mask
+        values_[rows] = [r[name] or 0 for r in fb]
+        valid[rows] = [r[name] is not None for r in fb]
+        num[name] = (values_, valid)
+    status[rows] = [_STATUS_CODE[r["decode_status"]] for r in fb]
+    return {name: _scatter(arr, rows, [r[name] for r in fb]) for name, arr in strings.items()}
+
+
+def _decode_chunk(
+    keys: pa.Array, values: pa.Array, control: pa.Array | None, decode_other_types: bool
+) -> pa.RecordBatch:
+    n = len(keys)
+    k, v = _Binary(keys), _Binary(values)
+    ctrl = (
+        pc.fill_null(control, False).to_numpy(zero_copy_only=False).astype(bool)
+        if control is not None
+        else np.zeros(n, dtype=bool)
+    )
+    key = _key_layout(k, ctrl)
+    val = _value_layout(v, key.ok)
+
+    # --- strings (UTF-8 checked by Arrow; a row that fails goes per row)
+    key_rows = key.ok & (val.ok | val.tomb)
+    group, bad_g = _strings(k, k.start + 4, key.glen, key_rows)
+    topic, bad_t = _strings(k, key.tpos + 2, key.tlen, key_rows)
+    metadata, bad_m = _strings(v, val.mstart, val.mlen, val.ok)
+    bad = bad_g | bad_t | bad_m
+    vok, tomb, key_rows = val.ok & ~bad, val.tomb & ~bad, key_rows & ~bad
+    v4 = vok & val.flex
+    tid_pos = np.where(val.has_tid & v4, val.ctpos + 11, np.zeros(n, dtype=np.int64))
+    topic_id = _uuid_strings(v, tid_pos, val.has_tid & v4, v4)
+
+    deferred = key.other if not decode_other_types else np.zeros(n, dtype=bool)
+    num = _numeric(k, v, key, val, vok, key_rows, deferred)
     status = np.full(n, -1, dtype=np.int8)
     status[vok] = _STATUS_CODE[OK]
     status[tomb] = _STATUS_CODE[TOMBSTONE]
     status[ctrl] = _STATUS_CODE[CONTROL]
-    error = np.where(vok & tags_absent, 0, -1)
-    is_tombstone = ~v.valid & ~ctrl
-
-    rows = np.flatnonzero(fallback)
-    fb = _fallback_rows(k, v, rows) if len(rows) else []
-    for name, (values_, shared_valid) in num.items():
-        valid = shared_valid.copy()  # several columns share one mask
-        if fb:
-            values_[rows] = [r[name] or 0 for r in fb]
-            valid[rows] = [r[name] is not None for r in fb]
-        num[name] = (values_, valid)
-    if fb:
-        status[rows] = [_STATUS_CODE[r["decode_status"]] for r in fb]
-
+    error = np.where(vok & val.tags_absent, 0, -1)
     strings = {"group_id": group, "topic": topic, "metadata": metadata, "topic_id": topic_id,
                "decode_error": _take_small([TAGS_ABSENT_NOTE], error)}
-    if fb:
-        strings = {name: _scatter(arr, rows, [r[name] for r in fb])
-                   for name, arr in strings.items()}
-    arrays: dict[str, pa.Array] = {
-        name: _num(name, values_, valid)
-        for name, (values_, valid) in num.items()
-    }
+    rows = np.flatnonzero(~ctrl & ~key_rows & ~deferred)  # the rest: decoded one by one
+    if len(rows):
+        strings = _overwrite_fallback(k, v, rows, num, status, strings)
+
+    arrays: dict[str, pa.Array] = {name: _num(name, values_, valid)
+                                   for name, (values_, valid) in num.items()}
     arrays.update(strings)
-    arrays["is_tombstone"] = pa.array(is_tombstone, type=pa.bool_())
+    arrays["is_tombstone"] = pa.array(~v.valid & ~ctrl, type=pa.bool_())
     arrays["decode_status"] = _STATUS_DICT.take(pa.array(status, mask=status < 0))
     if log.isEnabledFor(logging.DEBUG):
         log.debug("decoded %d rows: %d fast, %d per row, %d deferred, %d control", n,
