@@ -3,7 +3,7 @@
 Why: the issue asks for >= 300k offset-commit records/s decoded on one core, reading included.
 This script measures, in one process and on the same key/value bytes:
 
-* read: segment files -> Arrow batches of the raw schema (``pipelines.sources.segments``):
+* read: segment files -> Arrow batches of the raw schema (``pipelines.sources.record_batches``):
   ``read_arrow`` (vectorized, ``pipelines.sources.record_batches.arrow_reader``), and for comparison the
   record-object path it replaced (``batches_to_arrow(iter_batches(...))``, same output);
 * baseline: ``decode_record`` called once per record (the naive approach);
@@ -127,16 +127,16 @@ def read_corpus(corpus: Path, repeat: int, rows_per_batch: int) -> tuple[list[Ro
     """Read every segment under ``corpus`` into raw-schema Arrow batches (timed), and, for
     comparison, into just the key/value/is_control columns the decoder needs."""
     try:
-        from pipelines.sources.segments import (
+        from pipelines.sources.record_batches.arrow_reader import read_arrow
+        from pipelines.sources.record_batches.exact_reader import (
             batches_to_arrow,
-            find_segments,
             iter_batches,
-            read_arrow,
             read_segment_file,
         )
+        from pipelines.sources.segments.files import find_segments
     except ImportError as exc:
         raise SystemExit(
-            f"pipelines.sources.segments is not available ({exc}); use --synthetic N"
+            f"pipelines.sources readers are not available ({exc}); use --synthetic N"
         ) from exc
     segs = [seg for plog in find_segments(corpus) for seg in plog.segments]
     size = sum(seg.path.stat().st_size for seg in segs)
@@ -174,7 +174,7 @@ def read_corpus(corpus: Path, repeat: int, rows_per_batch: int) -> tuple[list[Ro
     what = f"{corpus} ({len(segs)} segment files, {size / 1e6:.1f} MB)"
     c = len(data.commit_rows)
     return [
-        Row("read: segments.read_arrow (raw schema)", len(data.keys), seconds, c),
+        Row("read: arrow_reader.read_arrow (raw schema)", len(data.keys), seconds, c),
         Row("read: read_segment_file -> key/value only", lean_batch.num_rows, lean_seconds, c),
         Row("read: record objects -> Arrow (before)", len(data.keys), exact_seconds, c),
     ], data, what

@@ -26,7 +26,7 @@ KAFKA_DUMP_LOG_RATE = 17_000  # records/s, kafka-dump-log --offsets-decoder (iss
 def naive_baseline(path: Path) -> tuple[int, float]:
     """Per-record decode + dict fold of offsets: the in-process yardstick."""
     from pipelines.decode import decode_record
-    from pipelines.sources.segments import read_records
+    from pipelines.sources.record_batches.exact_reader import read_records
 
     started = time.perf_counter()
     state: dict = {}
@@ -49,7 +49,7 @@ def corpus_as_data_dirs(corpus: Path, into: Path) -> Path:
     The corpus keeps several git versions of one segment side by side; a broker never
     does, so each version becomes one small "cluster" and every record counts once.
     """
-    from pipelines.sources.segments import find_segments
+    from pipelines.sources.segments.files import find_segments
 
     for plog in find_segments(corpus):
         for seg in plog.segments:
@@ -65,7 +65,9 @@ def append_one_percent(data: Path, seed: int = 11) -> int:
     """Append 1% more offset commits to every partition, as a new rolled segment."""
     import random
 
-    from pipelines.sources.segments import SegmentWriter, find_segments, read_records
+    from pipelines.sources.record_batches.exact_reader import read_records
+    from pipelines.sources.record_batches.writer import SegmentWriter
+    from pipelines.sources.segments.files import find_segments
 
     rng = random.Random(seed)
     added = 0

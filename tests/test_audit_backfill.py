@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 from pipelines import cli
 from pipelines.ingest import ensure_tables, ingest_segments_local
 from pipelines.lake.engines import DeltaRsEngine
-from pipelines.sources.segments import find_segments
+from pipelines.sources.segments.files import find_segments
 from pipelines.state import audit
 from tests.conftest import table_rows
 from tests.support.generated import generated_scenario

@@ -7,7 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 from pipelines.decode import OK, TOMBSTONE, decode_record, encode_record, partition_for
-from pipelines.sources.segments import find_segments, read_segment_file
+from pipelines.sources.record_batches.exact_reader import read_segment_file
+from pipelines.sources.segments.files import find_segments
 from tests.kafka_dump import from_kafka_json, parse_dump, to_kafka_json
 
 # The public corpus holds data dirs of brokers left at Kafka's default

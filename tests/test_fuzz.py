@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from pipelines.decode import STATUSES, decode_record
 from pipelines.decode.columnar import decode_offset_commits
-from pipelines.sources.segments import decode_segment_bytes, find_segments, read_records
+from pipelines.sources.record_batches.exact_reader import decode_segment_bytes, read_records
+from pipelines.sources.segments.files import find_segments
 from tests.conftest import corpus_path
 from tests.support.generated import generated_scenario
 

@@ -1,7 +1,7 @@
 """Differential fuzzing: the production (vectorized) reader against the exact reader.
 
 Why: ingest reads segments with :mod:`pipelines.sources.record_batches.arrow_reader`, a vectorized re-implementation
-of the exact per-record reader (:func:`pipelines.sources.segments.decode_segment_bytes`). On
+of the exact per-record reader (:func:`pipelines.sources.record_batches.exact_reader.decode_segment_bytes`). On
 any input, damaged or not, both must yield the same records (every column) and report the
 same problems (file, byte position, bytes skipped, reason): otherwise what lands in the lake
 and ``ingest_problems`` would depend on which reader ran. If they ever differ, the reader
@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.sources.segments import find_segments
+from pipelines.sources.segments.files import find_segments
 from tests.conftest import corpus_path
 from tests.test_fuzz import _mutate, generated
 from tests.test_segments import assert_fast_decodes_like_exact

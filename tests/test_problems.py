@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 
 from pipelines.cli import main
 from pipelines.ingest import ingest_segments_local
-from pipelines.sources.segments import SegmentWriter
+from pipelines.sources.record_batches.writer import SegmentWriter
 from tests.conftest import REPO
 from tests.support.generated import generated_scenario, manifest
 

@@ -26,7 +26,7 @@ from pipelines.sources.segment_source import (
     read_regions,
     split_ranges,
 )
-from pipelines.sources.segments import find_segments
+from pipelines.sources.segments.files import find_segments
 
 
 def _idx(offsets: list[int]) -> PartitionIndex:

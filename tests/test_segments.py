@@ -22,24 +22,22 @@ import pytest
 from kafka import codec as kcodec
 from kafka.record import MemoryRecords
 
-from pipelines.sources import segments as seg
 from pipelines.sources.raw import RAW_ARROW_SCHEMA
-from pipelines.sources.record_batches import arrow_reader, transactions
-from pipelines.sources.segments import (
-    BatchInfo,
+from pipelines.sources.record_batches import arrow_reader, exact_reader, framing, transactions
+from pipelines.sources.record_batches.exact_batch import BatchInfo, Record
+from pipelines.sources.record_batches.exact_reader import decode_segment_bytes, read_records
+from pipelines.sources.record_batches.problems import Problem
+from pipelines.sources.record_batches.writer import (
     NewRecord,
-    Problem,
-    Record,
     SegmentWriter,
-    decode_segment_bytes,
     encode_batch,
     encode_control_batch,
     encode_records,
-    find_segments,
-    fold_transactions,
-    read_records,
     reencode_batch,
 )
+from pipelines.sources.segments.files import find_segments
+from tests.support import exact_fold
+from tests.support.exact_fold import fold_transactions
 
 GOLDEN_PARTITIONS = range(5)
 
@@ -106,7 +104,7 @@ def public_read(public_corpus: Path) -> dict[Path, tuple[list, list[Problem]]]:
     for plog in find_segments(public_corpus):
         for sf in plog.segments:
             problems: list[Problem] = []
-            out[sf.path] = (list(seg.read_segment_file(sf, problems=problems)), problems)
+            out[sf.path] = (list(exact_reader.read_segment_file(sf, problems=problems)), problems)
     return out
 
 
@@ -115,7 +113,7 @@ def golden_read(scenario_a: Path) -> dict[int, tuple[list, list[Problem]]]:
     out = {}
     for plog in find_segments(scenario_a / "segments"):
         problems: list[Problem] = []
-        batches = [b for sf in plog.segments for b in seg.read_segment_file(sf, problems=problems)]
+        batches = [b for sf in plog.segments for b in exact_reader.read_segment_file(sf, problems=problems)]
         out[plog.offsets_partition] = (batches, problems)
     return out
 
@@ -282,7 +280,7 @@ def test_golden_batch_headers_match_dump(scenario_a: Path, golden_read: dict) ->
             assert d["sequence"] == str(r.sequence)
             if r.is_control:
                 assert d["endTxnMarker"] == r.control_type
-                assert d["coordinatorEpoch"] == str(seg.coordinator_epoch_of(r.value))
+                assert d["coordinatorEpoch"] == str(framing.coordinator_epoch_of(r.value))
             else:
                 assert "endTxnMarker" not in d and r.control_type is None
     assert set(codecs_seen) == {"none", "gzip", "zstd"}
@@ -329,7 +327,7 @@ def test_walker_reads_golden_dir_in_partition_order(scenario_a: Path) -> None:
 
 def test_arrow_view_of_golden(scenario_a: Path, golden_read: dict) -> None:
     tables = list(
-        seg.read_arrow(scenario_a / "segments", cluster_id="golden-a", rows_per_batch=5000)
+        arrow_reader.read_arrow(scenario_a / "segments", cluster_id="golden-a", rows_per_batch=5000)
     )
     assert all(t.schema == RAW_ARROW_SCHEMA for t in tables)
     assert all(t.num_rows < 5000 + 1000 for t in tables) and len(tables) >= 3
@@ -353,7 +351,7 @@ def test_arrow_view_of_golden(scenario_a: Path, golden_read: dict) -> None:
 
 def test_arrow_nulls_timestamp_of_magic0() -> None:
     data = legacy_message(7, 0, b"k", b"v")
-    batches = list(seg.batches_to_arrow(decode(data)[0]))
+    batches = list(exact_reader.batches_to_arrow(decode(data)[0]))
     row = batches[0].to_pylist()[0]
     assert row["timestamp"] is None and row["timestamp_type"] == -1 and row["magic"] == 0
     assert row["offset"] == 7 and row["source"] == "<memory>" and row["cluster_id"] is None
@@ -493,7 +491,7 @@ def test_decompression_failure_is_reported_and_skipped() -> None:
         encode_batch([NewRecord(1, 1000, b"k1", b"v1" * 50)], base_offset=1, compression="gzip")
     )
     bad[61 + 12] ^= 0xFF  # inside the deflate stream
-    struct.pack_into(">I", bad, 17, seg._crc32c(memoryview(bad)[21:]))  # keep the CRC valid
+    struct.pack_into(">I", bad, 17, framing.crc32c(memoryview(bad)[21:]))  # keep the CRC valid
     good2 = encode_batch([NewRecord(2, 1000, b"k2", b"v2")], base_offset=2)
     got, problems = decode(good1 + bytes(bad) + good2)
     assert [r.offset for r in flat(got)] == [0, 2]
@@ -573,7 +571,7 @@ def test_legacy_compressed_wrappers(magic: int, codec: int) -> None:
         (11, 15, 5),
         (16, 17, 2),
     ]
-    assert [b.compression for b, _ in got] == ["none", *[seg.CODEC_NAMES[codec]] * 2]
+    assert [b.compression for b, _ in got] == ["none", *[framing.CODEC_NAMES[codec]] * 2]
     assert [r.value for r in records[1:6]] == [v for _, v in kvs]
     if magic == 0:
         assert {r.timestamp for r in records} == {-1} and {r.timestamp_type for r in records} == {
@@ -649,7 +647,7 @@ def test_writer_round_trip(tmp_path: Path) -> None:
     headers = (("trace", b"abc"), ("empty", None), ("ключ", b""))
     long_value = bytes(range(256)) * 40  # multi-byte varints for lengths
     with SegmentWriter(tmp_path, 12, base_offset=100, partition_leader_epoch=3) as w:
-        for i, comp in enumerate(seg.CODEC_NAMES):
+        for i, comp in enumerate(framing.CODEC_NAMES):
             w.append(
                 [(b"k%d" % i, b"v%d" % i), (None, long_value), (b"t", None)],
                 timestamp=[10, 5, 2**40],
@@ -671,14 +669,14 @@ def test_writer_round_trip(tmp_path: Path) -> None:
         w.append([(b"next", b"segment")], timestamp=70)
     assert [p.name for p in w.paths] == ["00000000000000000100.log", "00000000000000000118.log"]
     problems: list[Problem] = []
-    batches = list(seg.iter_batches(tmp_path, problems=problems))
+    batches = list(exact_reader.iter_batches(tmp_path, problems=problems))
     assert problems == []
     records = flat(batches)
     assert [r.offset for r in records] == list(range(100, 119))
     assert all(
         r.crc_valid and r.offsets_partition == 12 and r.partition_leader_epoch == 3 for r in records
     )
-    for i, comp in enumerate(seg.CODEC_NAMES):
+    for i, comp in enumerate(framing.CODEC_NAMES):
         b, recs = batches[i]
         assert b.compression == comp and b.base_timestamp == 10 and b.max_timestamp == 2**40
         assert [(r.key, r.value, r.timestamp) for r in recs] == [
@@ -697,7 +695,7 @@ def test_writer_round_trip(tmp_path: Path) -> None:
     )
     b, (r,) = batches[7]
     assert b.is_control and b.is_transactional and r.control_type == "COMMIT"
-    assert seg.coordinator_epoch_of(r.value) == 4
+    assert framing.coordinator_epoch_of(r.value) == 4
     # an independent decoder agrees, checksums included
     data = w.paths[0].read_bytes()
     mr = MemoryRecords(data)
@@ -734,7 +732,7 @@ def test_reencode_golden_and_public_batches(
             assert reencode_batch(batch, records) == original, (batch.source, batch.position)
             checked += 1
         else:
-            payload = seg._decompress(seg.CODEC_NAMES.index(batch.compression), original[61:], 2)
+            payload = framing.decompress(framing.CODEC_NAMES.index(batch.compression), original[61:], 2)
             assert encode_records(records, batch.base_offset, batch.base_timestamp) == payload
             compressed += 1
     assert compressed == 21 + 53  # MANIFEST: gzip 21, zstd 53 batches
@@ -755,7 +753,7 @@ def test_empty_batch_and_unknown_control_type() -> None:
     assert problems == []
     assert [(b.base_offset, b.last_offset, len(r)) for b, r in got] == [(5, 8, 0), (9, 9, 1)]
     (marker,) = got[1][1]
-    assert marker.control_type == "UNKNOWN(2)" and seg.coordinator_epoch_of(marker.value) is None
+    assert marker.control_type == "UNKNOWN(2)" and framing.coordinator_epoch_of(marker.value) is None
     result = fold_transactions(flat(got))
     assert result.markers == [marker] and result.records == [] and result.last_stable_offset == 10
 
@@ -822,7 +820,7 @@ def test_find_segments_names_and_order(tmp_path: Path) -> None:
 def exact_arrow(
     batches: Iterable[tuple[BatchInfo, list[Record]]], rows_per_batch: int = 65536
 ) -> list[pa.RecordBatch]:
-    return list(seg.batches_to_arrow(batches, cluster_id="c", rows_per_batch=rows_per_batch))
+    return list(exact_reader.batches_to_arrow(batches, cluster_id="c", rows_per_batch=rows_per_batch))
 
 
 def assert_same_arrow(fast: list[pa.RecordBatch], exact: list[pa.RecordBatch]) -> None:
@@ -900,12 +898,12 @@ def test_fast_read_arrow_equals_exact_on_corpora(
     order = [sf.path for plog in find_segments(public_corpus) for sf in plog.segments]
     exact = exact_arrow((b for p in order for b in public_read[p][0]), rows_per_batch)
     assert_same_arrow(
-        list(seg.read_arrow(public_corpus, cluster_id="c", rows_per_batch=rows_per_batch)), exact
+        list(arrow_reader.read_arrow(public_corpus, cluster_id="c", rows_per_batch=rows_per_batch)), exact
     )
     golden = scenario_a / "segments"
     assert_same_arrow(
-        list(seg.read_arrow(golden, cluster_id="c", rows_per_batch=rows_per_batch)),
-        exact_arrow(seg.iter_batches(golden), rows_per_batch),
+        list(arrow_reader.read_arrow(golden, cluster_id="c", rows_per_batch=rows_per_batch)),
+        exact_arrow(exact_reader.iter_batches(golden), rows_per_batch),
     )
 
 
@@ -1016,13 +1014,13 @@ def raw_batch(
     body = b"".join(records)
     count = len(records) if count is None else count
     out = bytearray(61)
-    seg._V2.pack_into(
+    framing.V2_HEADER.pack_into(
         out, 0, base_offset, 49 + len(body), 0, 2, 0, attrs,
         max(count - 1, 0) if last_offset_delta is None else last_offset_delta,
         base_timestamp, max_timestamp, 77, 1, 0, count,
     )  # fmt: skip
     out += body
-    struct.pack_into(">I", out, 17, seg._crc32c(memoryview(out)[21:]))
+    struct.pack_into(">I", out, 17, framing.crc32c(memoryview(out)[21:]))
     return bytes(out)
 
 
@@ -1030,13 +1028,13 @@ def raw_batch(
 def fallbacks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Positions of the batches the vector parser declined (handed to _decode_v2_batch)."""
     calls: list[int] = []
-    real = arrow_reader._decode_v2_batch
+    real = arrow_reader.decode_v2_batch
 
     def counting(data: bytes, mv: memoryview, pos: int, *args: Any) -> Any:
         calls.append(pos)
         return real(data, mv, pos, *args)
 
-    monkeypatch.setattr(arrow_reader, "_decode_v2_batch", counting)
+    monkeypatch.setattr(arrow_reader, "decode_v2_batch", counting)
     return calls
 
 
@@ -1110,14 +1108,14 @@ def test_fast_arrow_fuzzed_records_with_valid_crc(group_bytes: int) -> None:
             b = rng.choice(damaged)
             at = rng.choice([rng.randrange(21, len(b)), rng.randrange(57, 61), 61])
             b[at] = rng.randrange(256) if rng.random() < 0.5 else b[at] ^ 1 << rng.randrange(8)
-            struct.pack_into(">I", b, 17, seg._crc32c(memoryview(b)[21:]))
+            struct.pack_into(">I", b, 17, framing.crc32c(memoryview(b)[21:]))
         assert_fast_decodes_like_exact(b"".join(damaged), rows_per_batch=rng.choice([1, 9, 999]))
 
 
 def test_writer_output_reads_the_same_fast(tmp_path: Path) -> None:
     """Headers, LogAppendTime, every codec, transactions, multi-segment: via files."""
     with SegmentWriter(tmp_path, 12, base_offset=100, partition_leader_epoch=3) as w:
-        for comp in seg.CODEC_NAMES:
+        for comp in framing.CODEC_NAMES:
             w.append([(b"k", b"v"), (None, bytes(5000)), (b"t", None)], timestamp=[10, 5, 2**40],
                      compression=comp)  # fmt: skip
         w.append([(b"h", b"v")], timestamp=50, headers=(("trace", b"abc"),), timestamp_type=1)
@@ -1129,13 +1127,13 @@ def test_writer_output_reads_the_same_fast(tmp_path: Path) -> None:
     for rows in (1, 4, 65536):
         problems: list[Problem] = []
         assert_same_arrow(
-            list(seg.read_arrow(tmp_path, cluster_id="c", rows_per_batch=rows, problems=problems)),
-            exact_arrow(seg.iter_batches(tmp_path), rows),
+            list(arrow_reader.read_arrow(tmp_path, cluster_id="c", rows_per_batch=rows, problems=problems)),
+            exact_arrow(exact_reader.iter_batches(tmp_path), rows),
         )
         assert problems == []
 
 
-def folded_rows(records: list[Record], result: seg.FoldResult) -> list[Record]:
+def folded_rows(records: list[Record], result: exact_fold.FoldResult) -> list[Record]:
     """What fold_arrow keeps: FoldResult.records and .markers merged back into log order."""
     keep = {id(r) for r in result.records} | {id(r) for r in result.markers}
     return [r for r in records if id(r) in keep]
@@ -1148,7 +1146,7 @@ def assert_fold_arrow_equals_fold(records: list[Record], table: pa.Table) -> Non
         result = fold_transactions(records, stop_at_lso=stop)
         kept, lso = transactions.fold_arrow(table, stop_at_lso=stop, log_end_offset=end)
         assert lso == result.last_stable_offset
-        want = list(seg.records_to_arrow(folded_rows(records, result), cluster_id="c"))
+        want = list(exact_reader.records_to_arrow(folded_rows(records, result), cluster_id="c"))
         assert kept.equals(pa.Table.from_batches(want, schema=RAW_ARROW_SCHEMA)), stop
         if end == max((r.offset + 1 for r in records), default=0):  # no emptied tail batch
             assert transactions.fold_arrow(table, stop_at_lso=stop)[1] == lso
@@ -1157,7 +1155,7 @@ def assert_fold_arrow_equals_fold(records: list[Record], table: pa.Table) -> Non
 def test_fold_arrow_equals_fold_transactions_golden(scenario_a: Path, golden_read: dict) -> None:
     for plog in find_segments(scenario_a / "segments"):
         records = flat(golden_read[plog.offsets_partition][0])
-        table = pa.Table.from_batches(list(seg.read_arrow(plog.directory, cluster_id="c")))
+        table = pa.Table.from_batches(list(arrow_reader.read_arrow(plog.directory, cluster_id="c")))
         assert_fold_arrow_equals_fold(records, table)
 
 
@@ -1172,7 +1170,7 @@ def test_fold_arrow_equals_fold_transactions_generated(tmp_path: Path) -> None:
     for plog in find_segments(tmp_path):
         records = list(read_records(plog.directory))
         table = pa.Table.from_batches(
-            list(seg.read_arrow(plog.directory, cluster_id="c")), schema=RAW_ARROW_SCHEMA
+            list(arrow_reader.read_arrow(plog.directory, cluster_id="c")), schema=RAW_ARROW_SCHEMA
         )
         aborted += len(fold_transactions(records).aborted)
         cuts = {len(records)} | set(rng.sample(range(len(records) + 1), min(8, len(records))))
@@ -1203,7 +1201,7 @@ def test_fold_arrow_open_and_interleaved_transactions(tmp_path: Path) -> None:
         w.append([(b"t4", b"z")], timestamp=7, producer_id=6, producer_epoch=1, transactional=True)
         w.append([(b"c", b"2")], timestamp=8)
     records = list(read_records(tmp_path))
-    table = pa.Table.from_batches(list(seg.read_arrow(tmp_path, cluster_id="c")))
+    table = pa.Table.from_batches(list(arrow_reader.read_arrow(tmp_path, cluster_id="c")))
     for cut in range(len(records) + 1):
         assert_fold_arrow_equals_fold(records[:cut], table.slice(0, cut))
     kept, lso = transactions.fold_arrow(table)
@@ -1214,7 +1212,7 @@ def test_fold_arrow_open_and_interleaved_transactions(tmp_path: Path) -> None:
 
 def _union_by_offset(segments: list) -> list:
     """The reference: every record of every file, first copy of each offset, in offset order."""
-    records = [r for s in segments for _, batch in seg.read_segment_file(s) for r in batch]
+    records = [r for s in segments for _, batch in exact_reader.read_segment_file(s) for r in batch]
     records.sort(key=lambda r: r.offset)  # stable: the first file's copy wins
     out, last = [], -1
     for r in records:
@@ -1232,7 +1230,7 @@ def test_unique_offsets_equals_log_records(public_corpus: Path) -> None:
     for plog in overlapping:
         fast = list(arrow_reader.read_segments_arrow(plog.segments, cluster_id="c"))
         table = pa.Table.from_batches(fast, schema=RAW_ARROW_SCHEMA)
-        want = list(seg.records_to_arrow(_union_by_offset(plog.segments), cluster_id="c"))
+        want = list(exact_reader.records_to_arrow(_union_by_offset(plog.segments), cluster_id="c"))
         union = transactions.unique_offsets(table)
         assert union.equals(pa.Table.from_batches(want, schema=RAW_ARROW_SCHEMA)), plog.directory
         deduplicated += union.num_rows < table.num_rows

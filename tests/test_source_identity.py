@@ -24,7 +24,7 @@ from pipelines.source_identity import (
     default_checkpoint,
     read_identity,
 )
-from pipelines.sources.segments import find_segments
+from pipelines.sources.segments.files import find_segments
 from tests.support.fake_broker import OFFSETS_TOPIC, FakeKafkaCluster
 from tests.support.generated import generated_scenario, manifest
 

@@ -54,7 +54,8 @@ def _record_json(rec, decoded) -> dict:
 
 def cmd_decode(args: argparse.Namespace) -> int:
     from pipelines.decode import decode_record, partition_for
-    from pipelines.sources.segments import Problem, iter_batches
+    from pipelines.sources.record_batches.exact_reader import iter_batches
+    from pipelines.sources.record_batches.problems import Problem
 
     for p in args.paths:
         if not Path(p).exists():

@@ -32,8 +32,9 @@ from pipelines.sources.record_batches.arrow_reader import (
     index_segments_arrow,
     read_segments_arrow,
 )
+from pipelines.sources.record_batches.problems import Problem
 from pipelines.sources.record_batches.transactions import fold_arrow, unique_offsets
-from pipelines.sources.segments import PartitionLog, Problem, find_segments
+from pipelines.sources.segments.files import PartitionLog, find_segments
 
 log = logging.getLogger(__name__)
 
