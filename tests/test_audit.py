@@ -26,7 +26,8 @@ from pipelines.reconcile.quality import run_quality_gate
 from pipelines.reconcile.snapshot import store_snapshot
 from pipelines.sources.segment_source import cluster_of, read_range
 from pipelines.sources.segments import SegmentWriter, find_segments
-from pipelines.state.audit import KINDS, REASONS
+from pipelines.state.anomalies import KINDS
+from pipelines.state.attribution import REASONS
 from tests.conftest import table_rows
 from tests.test_state_exact import ingest_split
 

@@ -362,7 +362,7 @@ def run_quality_gate(engine: DeltaEngine, *, cluster_id: str = "default",
     ``offset_anomalies`` are counted by kind and logged as warnings; the kinds in
     ``fail_on_anomalies`` (``"all"``: every kind) are an expectation that fails on any row.
     """
-    from pipelines.state.audit import KINDS, anomaly_counts, log_start_recorded
+    from pipelines.state.anomalies import KINDS, anomaly_counts, log_start_recorded
 
     fail_on = tuple(KINDS) if "all" in fail_on_anomalies else tuple(fail_on_anomalies)
     unknown = sorted(set(fail_on) - set(KINDS))

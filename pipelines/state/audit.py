@@ -1,13 +1,8 @@
-"""Who committed what, and which commits look wrong: ``commit_attribution`` and ``offset_anomalies``.
-
-Why: a commit record carries no member id; the group records do. Each offset commit is
-tied to the member whose generation (classic) or member-epoch assignment (KIP-848) held
-the partition at the commit's log position, from ``group_generations``; commits that no
-member held are given a reason instead. The same pass flags commits an auditor asks
-about (rewinds, leader-epoch regressions, a commit resurrecting a deleted group, commits
-by a member that had lost the partition or for partitions the group never assigned);
-the snapshot adds those that need the log's own bounds (past the log end, below the log
-start).
+"""The commit audit, run: read a batch's commits back, attribute them
+(:mod:`pipelines.state.attribution`), flag anomalies (:mod:`pipelines.state.anomalies`) and
+write ``commit_attribution``, ``offset_anomalies`` and the ``offset_audit_cursor`` exactly
+once; the same after a snapshot (its log bounds), and over a whole history (the backfill of
+a lake older than the audit, ``maintain --rebuild-audit``).
 
 Batch independence: a commit's owner is always decided by group records at earlier log
 positions of the same ``__consumer_offsets`` partition, so they were applied in this or an
@@ -20,7 +15,6 @@ it was before the batch (unchanged until the cursor commits) and skips what land
 from __future__ import annotations
 
 import logging
-import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -36,56 +30,23 @@ from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter, quote_identifier, sql_literal
 from pipelines.model import OP, GroupRecord, LatestRecord, StateInput
 from pipelines.state import topics
+from pipelines.state.anomalies import (
+    ANOMALIES,
+    anomaly_row,
+    bound_checks,
+    by_partition,
+    log_bound_anomalies,
+    ownership_anomalies,
+    sequence_anomalies,
+)
+from pipelines.state.attribution import ATTRIBUTION, TS, attribute, generation_rows
 
 log = logging.getLogger(__name__)
 
-ATTRIBUTION = "commit_attribution"
-ANOMALIES = "offset_anomalies"
 CURSOR = "offset_audit_cursor"
 TABLES = (ATTRIBUTION, ANOMALIES, CURSOR)
-TS = pa.timestamp("us", tz="UTC")
 #: group-level metadata records whose tombstone deletes the group (classic, consumer, share, streams)
 GROUP_RECORD_TYPES = (2, 3, 11, 17)
-
-#: attribution -> why the commit has no (current) owner
-REASONS = {
-    "zombie": "no member held the partition at this position; its last owner lost it in a "
-              "rebalance earlier (a zombie commit by a member that had lost the partition)",
-    "unassigned": "the group had an active assignment at this position, but no member was "
-                  "ever assigned this partition in the recorded history (or the log lacks the "
-                  "record that assigned it: compacted away, or a generation that wrote none)",
-    "group_empty": "the group had no member at this position (generation without members "
-                   "or all members gone): an admin --reset-offsets, or a tool committing "
-                   "for the empty group",
-    "no_membership": "no classic generation, KIP-848 assignment or streams task assignment of "
-                     "the group covers this position and none did before: a simple group "
-                     "(assign() client) or an admin tool (or the log lost the group's records "
-                     "to compaction)",
-    "topic_unresolved": "the group's KIP-848 assignment names topics by id and no name is known "
-                        "for one of them yet; attributed again when the name is learned (a "
-                        "snapshot, or a 4.1+ commit carrying the topic id)",
-}
-_TOPIC_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")  # a Kafka topic id as the decoder writes it
-#: kind -> (severity, reason)
-KINDS = {
-    "offset_rewind": ("warning", "committed offset lower than the previous commit of the key "
-                                 "(a reset or reprocessing)"),
-    "leader_epoch_regression": ("warning", "leader epoch lower than the previous commit's "
-                                           "(a stale or restarted client)"),
-    "commit_after_group_deleted": ("warning", "first commit after the group's tombstone "
-                                              "(DeleteGroups), with no new group record between: "
-                                              "the commit recreated the group"),
-    "zombie_commit": ("critical", REASONS["zombie"]),
-    "unassigned_partition": ("warning", REASONS["unassigned"]),
-    "past_log_end": ("critical", "committed offset beyond the partition's log end offset at a "
-                                 "snapshot taken after the commit: the consumer resets "
-                                 "(auto.offset.reset) on its next fetch"),
-    "below_log_start": ("warning", "committed offset below the partition's log start offset "
-                                   "at the snapshot: records were deleted by retention before "
-                                   "the group read them (data skipped)"),
-}
-# A rewind the group's no-member state explains (admin reset) is informational.
-_REWIND_INFO = {"group_empty", "no_membership"}
 
 _COMMIT_COLUMNS = ["cluster_id", "group_id", "topic", "partition", "committed_offset", "leader_epoch",
                    "commit_timestamp", "is_tombstone", "offsets_partition", "offset", "record_timestamp"]
@@ -183,16 +144,16 @@ def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     if _names_learned(engine, clusters, now):  # earlier commits may now find their owner
         written.update(revisit_unresolved(engine, clusters, f"{app_id}#names", batch_id, now))
     live = commits.filter(pc.invert(commits.column("is_tombstone")))
-    attribution = attribute(live, _generation_rows(engine, live), now)
+    attribution = attribute(live, generation_rows(engine, live), now)
     anomalies, new_cursor = sequence_anomalies(commits, events, cursor, attribution, now)
     anomalies += ownership_anomalies(attribution, now)
     anomalies += log_bound_anomalies(engine, live, attribution, now, "ingest")
     # new positions only: an append (no scan of the table), idempotent by the transaction id
     if attribution.num_rows and engine.append(contract(ATTRIBUTION), attribution, app_id, batch_id):
         written[ATTRIBUTION] = attribution.num_rows
-    if anomalies and engine.merge(contract(ANOMALIES), _rows(anomalies, ANOMALIES), app_id, batch_id):
+    if anomalies and engine.merge(contract(ANOMALIES), upsert_rows(anomalies, ANOMALIES), app_id, batch_id):
         written[ANOMALIES] = len(anomalies)
-    if engine.merge(contract(CURSOR), _rows(new_cursor, CURSOR), app_id, batch_id):
+    if engine.merge(contract(CURSOR), upsert_rows(new_cursor, CURSOR), app_id, batch_id):
         written[CURSOR] = len(new_cursor)
     return written
 
@@ -225,321 +186,10 @@ def _not_yet_audited(commits: pa.Table, events: list[tuple[str, str, Any]], curs
     return commits.filter(pa.array(keep, pa.bool_())), events
 
 
-def _rows(rows: list[dict[str, Any]], table: str) -> pa.Table:
+def upsert_rows(rows: list[dict[str, Any]], table: str) -> pa.Table:
     schema = contract(table).arrow_schema
     data = pa.Table.from_pylist(rows, schema=schema) if rows else schema.empty_table()
     return data.append_column(OP, pa.array(["upsert"] * data.num_rows, pa.string()))
-
-
-def _generation_rows(engine: DeltaEngine, commits: pa.Table) -> pa.Table:
-    """Ownership rows of the committing groups, topic ids resolved to names where known."""
-    cols = ["cluster_id", "group_id", "group_type", "generation", "member_id", "group_instance_id",
-            "client_id", "client_host", "topic", "partition", "valid_from_offset", "valid_to_offset"]
-    groups = set(zip(commits.column("cluster_id").to_pylist(), commits.column("group_id").to_pylist(),
-                     strict=True))
-    if not groups:
-        return contract("group_generations").arrow_schema.empty_table().select(cols)
-    gens = engine.read("group_generations", cols, KeyFilter.of(("cluster_id", "group_id"), groups))
-    names = topics.known_names(engine, {c for c, _ in groups})
-    if names and gens.num_rows:
-        keys = pa.array([f"{c}\x1f{i}" for c, i in names])
-        joined = pc.binary_join_element_wise(pc.cast(gens.column("cluster_id"), pa.string()),
-                                             pc.cast(gens.column("topic"), pa.string()), "\x1f")
-        found = pa.array(list(names.values()), pa.string()).take(pc.index_in(joined, value_set=keys))
-        fixed = pc.coalesce(found, pc.cast(gens.column("topic"), pa.string()))
-        gens = gens.set_column(gens.column_names.index("topic"), "topic", fixed)
-    return gens
-
-
-_SHIFT = np.int64(1) << np.int64(40)  # positions in one offsets partition stay below 2**40
-
-
-def _key_ids(*columns: list[pa.ChunkedArray]) -> list[np.ndarray]:
-    """One integer id per distinct key across tables: ``columns`` is, per table, its key
-    columns; equal keys get equal ids in every table."""
-    sizes = [len(cols[0]) for cols in columns]
-    parts = [pa.chunked_array([pc.cast(cols[i], pa.string()).combine_chunks() for cols in columns],
-                              pa.string()) for i in range(len(columns[0]))]
-    joined = pc.binary_join_element_wise(*parts, "\x1f")
-    ids = pc.dictionary_encode(joined.combine_chunks()).indices.to_numpy().astype(np.int64)
-    return list(np.split(ids, np.cumsum(sizes)[:-1]))
-
-
-def attribute(commits: pa.Table, gens: pa.Table, now: datetime) -> pa.Table:
-    """``commit_attribution`` rows for ``commits`` (non-tombstones) from ownership rows ``gens``.
-
-    Per commit at log position x: the ownership row of its (group, topic, partition) that
-    started last at or before x; if it is still open at x, its member is the owner. Else the
-    group's state at x names the reason: some member active (zombie: the partition's last
-    owner lost it; unassigned: never owned), no member (group_empty), never any (no_membership).
-    Vectorized: keys become integers, (key, position) one sortable int64, lookups searchsorted.
-    """
-    n = commits.num_rows
-    spec = contract(ATTRIBUTION)
-    if n == 0:
-        return spec.arrow_schema.empty_table()
-    tp_cols = ["cluster_id", "group_id", "topic", "partition"]
-    c_tp, g_tp = _key_ids([commits.column(c) for c in tp_cols], [gens.column(c) for c in tp_cols])
-    c_grp, g_grp = _key_ids([commits.column(c) for c in tp_cols[:2]], [gens.column(c) for c in tp_cols[:2]])
-    x = commits.column("offset").to_numpy().astype(np.int64)
-    start = gens.column("valid_from_offset").to_numpy().astype(np.int64)
-    end_arr = gens.column("valid_to_offset")
-    closed = pc.is_valid(end_arr).to_numpy(zero_copy_only=False)
-    end = pc.fill_null(end_arr, 0).to_numpy().astype(np.int64)
-
-    # the row of the commit's partition that started last at or before x
-    order = np.lexsort((start, g_tp))
-    comp = g_tp[order] * _SHIFT + start[order]
-    j = np.searchsorted(comp, c_tp * _SHIFT + x, side="right") - 1
-    found = j >= 0
-    found[found] = g_tp[order][j[found]] == c_tp[found]
-    row = np.where(found, order[np.maximum(j, 0)], -1) if len(order) else np.full(n, -1)
-    has_row = row >= 0
-    r_ = np.maximum(row, 0)
-    owner = has_row & (~closed[r_] | (end[r_] > x)) if len(start) else np.zeros(n, bool)
-
-    # members active in the group at x: rows started at or before x minus rows ended by then
-    starts = np.sort(g_grp * _SHIFT + start)
-    ends = np.sort((g_grp * _SHIFT + end)[closed])
-    base = c_grp * _SHIFT
-    started = np.searchsorted(starts, base + x, side="right") - np.searchsorted(starts, base, side="left")
-    ended = np.searchsorted(ends, base + x, side="right") - np.searchsorted(ends, base, side="left")
-    active = (started - ended) > 0
-    codes = np.where(owner, 0, np.where(active, np.where(has_row, 1, 2), np.where(started > 0, 3, 4)))
-    # an id-named KIP-848 row may be this very partition: not "unassigned" until the name is known
-    unresolved = {g for g, t, k in zip(g_grp.tolist(), gens.column("topic").to_pylist(),
-                                       gens.column("group_type").to_pylist(), strict=True)
-                  if k != "classic" and _TOPIC_ID.match(t or "")}
-    if unresolved:
-        codes = np.where((codes == 2) & np.isin(c_grp, np.fromiter(unresolved, np.int64)), 5, codes)
-    names = ["owner", "zombie", "unassigned", "group_empty", "no_membership", "topic_unresolved"]
-    status = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int8)), pa.array(names)).cast(pa.string())
-    reason = pa.DictionaryArray.from_arrays(
-        pa.array(codes.astype(np.int8), mask=codes == 0),
-        pa.array([""] + [REASONS[k] for k in names[1:]])).cast(pa.string())
-
-    owner_cols = ["group_type", "generation", "member_id", "group_instance_id", "client_id",
-                  "client_host", "valid_from_offset"]
-    last_cols = ["member_id", "client_id", "client_host", "valid_to_offset"]
-    last = has_row & ~owner
-    if len(start):  # a null index takes a null row
-        owners = gens.select(owner_cols).take(pa.array(r_, mask=~owner))
-        lasts = gens.select(last_cols).take(pa.array(r_, mask=~last))
-    else:
-        owners = gens.select(owner_cols).schema.empty_table()
-        owners = pa.table({c: pa.nulls(n, owners.schema.field(c).type) for c in owner_cols})
-        lasts = pa.table({c: pa.nulls(n, gens.schema.field(c).type) for c in last_cols})
-    table = pa.table({
-        **{c: commits.column(c) for c in ("cluster_id", "group_id", "topic", "partition", "committed_offset",
-                                          "leader_epoch", "commit_timestamp", "offsets_partition", "offset",
-                                          "record_timestamp")},
-        "attribution": status, "reason": reason,
-        **{c: owners.column(c) for c in owner_cols[:-1]},
-        "owner_valid_from_offset": owners.column("valid_from_offset"),
-        "last_owner_member_id": lasts.column("member_id"), "last_owner_client_id": lasts.column("client_id"),
-        "last_owner_client_host": lasts.column("client_host"),
-        "last_owner_lost_at_offset": lasts.column("valid_to_offset"),
-        "updated_at": pa.array(np.full(n, np.datetime64(now.replace(tzinfo=None), "us")), TS),
-    })
-    return spec.conform(table)
-
-
-def _anomaly(kind: str, c: dict[str, Any], now: datetime, source: str, **evidence: Any) -> dict[str, Any]:
-    severity, reason = KINDS[kind]
-    if kind == "offset_rewind" and c.get("attribution") in _REWIND_INFO:
-        severity = "info"
-    return {"cluster_id": c["cluster_id"], "kind": kind, "severity": severity,
-            "group_id": c["group_id"], "topic": c["topic"], "partition": c["partition"],
-            "committed_offset": c["committed_offset"], "leader_epoch": c.get("leader_epoch"),
-            "offsets_partition": c["offsets_partition"], "offset": c["offset"],
-            "commit_timestamp": c.get("commit_timestamp"), "record_timestamp": c.get("record_timestamp"),
-            "attribution": c.get("attribution"), "member_id": c.get("member_id"),
-            "previous_offset": None, "previous_leader_epoch": None, "previous_position": None,
-            "log_start_offset": None, "log_end_offset": None, "snapshot_id": None,
-            "snapshot_captured_at": None, "reason": reason, "detected_by": source,
-            "detected_at": now, **evidence}
-
-
-def _lookup(attribution: pa.Table, rows: pa.Table) -> tuple[pa.Array, pa.Array]:
-    """(attribution, member_id) of ``attribution`` at the positions of ``rows``."""
-    if rows.num_rows == 0 or attribution.num_rows == 0:
-        return pa.nulls(rows.num_rows, pa.string()), pa.nulls(rows.num_rows, pa.string())
-    cols = ["cluster_id", "offsets_partition"]
-    a_id, r_id = _key_ids([attribution.column(c) for c in cols], [rows.column(c) for c in cols])
-    a_comp = a_id * _SHIFT + attribution.column("offset").to_numpy().astype(np.int64)
-    r_comp = r_id * _SHIFT + rows.column("offset").to_numpy().astype(np.int64)
-    order = np.argsort(a_comp, kind="stable")
-    j = np.minimum(np.searchsorted(a_comp[order], r_comp), len(order) - 1)
-    hit = pa.array(a_comp[order][j] == r_comp)
-    idx = pa.array(order[j])
-    null = pa.scalar(None, pa.string())
-    return (pc.if_else(hit, attribution.column("attribution").take(idx), null),
-            pc.if_else(hit, attribution.column("member_id").take(idx), null))
-
-
-def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
-                       cursor: list[dict[str, Any]], attribution: pa.Table, now: datetime
-                       ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Rewinds, leader-epoch regressions and commits after a group tombstone, in log order
-    from the cursor (the facts before this batch); returns anomalies and the new cursor rows.
-
-    Vectorized over the batch: the cursor's last commit per key is prepended as a row at
-    position -1, rows are sorted by (key, position) and each compared with the row before
-    it; an offset tombstone forgets the key's previous offset and epoch.
-    """
-    key_cols = ["cluster_id", "group_id", "topic", "partition"]
-    prior = [r for r in cursor if r["partition"] >= 0 and r["last_offset"] is not None]
-    seed = pa.table({
-        "cluster_id": pa.array([r["cluster_id"] for r in prior], pa.string()),
-        "group_id": pa.array([r["group_id"] for r in prior], pa.string()),
-        "topic": pa.array([r["topic"] for r in prior], pa.string()),
-        "partition": pa.array([r["partition"] for r in prior], pa.int32()),
-        "committed_offset": pa.array([r["last_offset"] for r in prior], pa.int64()),
-        "leader_epoch": pa.array([r["last_leader_epoch"] for r in prior], pa.int32()),
-        "is_tombstone": pa.array([False] * len(prior), pa.bool_()),
-        "offset": pa.array([-1] * len(prior), pa.int64()),
-    })
-    body = commits.select(list(seed.column_names)).cast(seed.schema)
-    rows = pa.concat_tables([seed, body])
-    real = np.r_[np.zeros(len(prior), bool), np.ones(commits.num_rows, bool)]
-    out: list[dict[str, Any]] = []
-    new_cursor: list[dict[str, Any]] = []
-    if commits.num_rows:
-        kid = _key_ids([rows.column(c) for c in key_cols])[0]
-        pos = rows.column("offset").to_numpy().astype(np.int64)
-        order = np.lexsort((pos, kid))
-        k, pos, real_o = kid[order], pos[order], real[order]
-        off = pc.fill_null(rows.column("committed_offset"), -1).to_numpy().astype(np.int64)[order]
-        tomb = rows.column("is_tombstone").to_numpy(zero_copy_only=False)[order]
-        epoch = pc.fill_null(rows.column("leader_epoch"), -1).to_numpy().astype(np.int64)[order]
-        first = np.r_[True, k[1:] != k[:-1]]
-        after_tomb = np.r_[False, tomb[:-1]]
-        has_prev = ~first & ~after_tomb
-        prev = np.r_[-1, off[:-1]]
-        # the last epoch >= 0 before each row, not crossing a tombstone or a key change
-        seg = np.cumsum(first | after_tomb)
-        known = np.where((epoch >= 0) & ~tomb, epoch, -1).astype(float)
-        known[known < 0] = np.nan
-        import pandas as pd
-
-        filled = pd.Series(known).groupby(seg).ffill().to_numpy()
-        prev_epoch = np.r_[np.nan, filled[:-1]]
-        prev_epoch[first | after_tomb] = np.nan
-        live = real_o & ~tomb
-        rewind = live & has_prev & (off < prev)
-        regress = live & (epoch >= 0) & ~np.isnan(prev_epoch) & (epoch < np.nan_to_num(prev_epoch, nan=-1))
-        flagged = rewind | regress
-        if flagged.any():
-            idx = order[flagged]
-            full = commits.take(pa.array(idx - len(prior)))
-            who, member = _lookup(attribution, full)
-            for i, c in enumerate(full.to_pylist()):
-                c.update(attribution=who[i].as_py(), member_id=member[i].as_py())
-                at = np.flatnonzero(flagged)[i]
-                ev = {"previous_offset": int(prev[at]) if has_prev[at] else None,
-                      "previous_leader_epoch": None if np.isnan(prev_epoch[at]) else int(prev_epoch[at]),
-                      "previous_position": int(pos[at - 1]) if has_prev[at] and pos[at - 1] >= 0 else None}
-                if rewind[at]:
-                    out.append(_anomaly("offset_rewind", c, now, "ingest", **ev))
-                if regress[at]:
-                    out.append(_anomaly("leader_epoch_regression", c, now, "ingest", **ev))
-        last = np.r_[k[1:] != k[:-1], True] & real_o
-        lk = rows.select(key_cols).take(pa.array(order[last])).to_pylist()
-        for i, r in zip(np.flatnonzero(last), lk, strict=True):
-            t = bool(tomb[i])
-            new_cursor.append({**r, "last_offset": None if t else int(off[i]),
-                               "last_leader_epoch": None if t or np.isnan(filled[i]) else int(filled[i]),
-                               "last_position": int(pos[i]), "group_deleted_at": None,
-                               "offsets_deleted": None, "updated_at": now})
-    out += _after_deletion(commits, events, cursor, attribution, now, new_cursor)
-    return out, new_cursor
-
-
-def _after_deletion(commits: pa.Table, events: list[tuple[str, str, Any]], cursor: list[dict[str, Any]],
-                    attribution: pa.Table, now: datetime, new_cursor: list[dict[str, Any]]
-                    ) -> list[dict[str, Any]]:
-    """The first commit after a group's deletion with no new group record between.
-
-    A deletion is a group-level tombstone whose group's last offset record before it is a
-    tombstone (DeleteGroups and expiry write the offset tombstones first). A lone
-    GroupMetadata tombstone is the classic -> consumer conversion, not a deletion (on a
-    compacted log the consumer-group records written with it may be gone).
-    Per group, the cursor row (topic '', partition -1) keeps whether the last offset record
-    was a tombstone and the pending deletion's position; appended to ``new_cursor``.
-    """
-    before = {(r["cluster_id"], r["group_id"]): r for r in cursor if r["partition"] < 0}
-    state = {k: {"deleted_at": r["group_deleted_at"], "offsets_deleted": bool(r["offsets_deleted"])}
-             for k, r in before.items()}
-    # the log-order walk is only needed where a deletion is pending or a group tombstone lands
-    # (rare); elsewhere a group record only clears a deletion there is none of
-    detailed = {k for k, v in state.items() if v["deleted_at"] is not None} | {
-        (c, g) for c, g, r in events if r.is_tombstone}
-    for c, g, _ in events:
-        state.setdefault((c, g), {"deleted_at": None, "offsets_deleted": False})
-    out = []
-    if commits.num_rows:  # every group: was its last offset record of the batch a tombstone?
-        from pipelines.state.offsets import last_per_key
-
-        last = last_per_key(commits.select(["cluster_id", "group_id", "offsets_partition", "offset",
-                                            "is_tombstone"]), ["cluster_id", "group_id"])
-        for c, g, t in zip(last.column("cluster_id").to_pylist(), last.column("group_id").to_pylist(),
-                           last.column("is_tombstone").to_pylist(), strict=True):
-            if (c, g) not in detailed:
-                state[(c, g)] = {"deleted_at": None, "offsets_deleted": bool(t)}
-    if detailed:
-        mine = commits
-        if mine.num_rows:
-            keys = pa.array([f"{c}\x1f{g}" for c, g in detailed])
-            joined = pc.binary_join_element_wise(pc.cast(mine.column("cluster_id"), pa.string()),
-                                                 pc.cast(mine.column("group_id"), pa.string()), "\x1f")
-            mine = mine.filter(pc.is_in(joined, value_set=keys))
-        items: list[tuple] = [(c["cluster_id"], c["group_id"], c["offsets_partition"], c["offset"], 1, c)
-                              for c in mine.to_pylist()]
-        items += [(c, g, r.offsets_partition, r.offset, 0, r.is_tombstone) for c, g, r in events]
-        items.sort(key=lambda t: t[:4])
-        for cluster_id, group_id, _p, position, is_commit, what in items:
-            st = state.setdefault((cluster_id, group_id), {"deleted_at": None, "offsets_deleted": False})
-            if not is_commit:
-                st["deleted_at"] = position if what and st["offsets_deleted"] else None
-            elif what["is_tombstone"]:
-                st["offsets_deleted"] = True
-            else:
-                st["offsets_deleted"] = False
-                if st["deleted_at"] is not None:
-                    who, member = _lookup(attribution, pa.Table.from_pylist([what]).select(
-                        ["cluster_id", "offsets_partition", "offset"]))
-                    what.update(attribution=who[0].as_py(), member_id=member[0].as_py())
-                    out.append(_anomaly("commit_after_group_deleted", what, now, "ingest",
-                                        reason=KINDS["commit_after_group_deleted"][1]
-                                        + f" (tombstone at offset {st['deleted_at']})"))
-                    st["deleted_at"] = None
-    for (cluster_id, group_id), st in sorted(state.items()):
-        old = before.get((cluster_id, group_id))
-        if old is not None and old["group_deleted_at"] == st["deleted_at"] \
-                and bool(old["offsets_deleted"]) == st["offsets_deleted"]:
-            continue
-        new_cursor.append({"cluster_id": cluster_id, "group_id": group_id, "topic": "", "partition": -1,
-                           "last_offset": None, "last_leader_epoch": None, "last_position": None,
-                           "group_deleted_at": st["deleted_at"], "offsets_deleted": st["offsets_deleted"],
-                           "updated_at": now})
-    return out
-
-
-def ownership_anomalies(attribution: pa.Table, now: datetime) -> list[dict[str, Any]]:
-    """Zombie commits and commits for partitions the group never assigned."""
-    if attribution.num_rows == 0:
-        return []
-    bad = attribution.filter(pc.is_in(attribution.column("attribution"),
-                                      pa.array(["zombie", "unassigned"])))
-    out = []
-    for c in bad.to_pylist():
-        kind = "zombie_commit" if c["attribution"] == "zombie" else "unassigned_partition"
-        extra = {}
-        if kind == "zombie_commit":
-            extra["reason"] = (KINDS[kind][1] + f" (last owner {c['last_owner_member_id']}, client "
-                               f"{c['last_owner_client_id']}, lost it at offset {c['last_owner_lost_at_offset']})")
-        out.append(_anomaly(kind, c, now, "ingest", **extra))
-    return out
 
 
 def revisit_unresolved(engine: DeltaEngine, clusters: set[str], app_id: str, version: int,
@@ -555,14 +205,14 @@ def revisit_unresolved(engine: DeltaEngine, clusters: set[str], app_id: str, ver
     pending = pending.filter(pc.equal(pending.column("attribution"), "topic_unresolved")).select(cols)
     if pending.num_rows == 0:
         return {}
-    again = attribute(pending, _generation_rows(engine, pending), now)
+    again = attribute(pending, generation_rows(engine, pending), now)
     changed = again.filter(pc.not_equal(again.column("attribution"), "topic_unresolved"))
     written: dict[str, int] = {}
     if changed.num_rows and engine.merge(contract(ATTRIBUTION), changed.append_column(
             OP, pa.array(["upsert"] * changed.num_rows)), app_id, version):
         written[ATTRIBUTION] = changed.num_rows
     found = ownership_anomalies(changed, now)
-    if found and engine.merge(contract(ANOMALIES), _rows(found, ANOMALIES), app_id, version):
+    if found and engine.merge(contract(ANOMALIES), upsert_rows(found, ANOMALIES), app_id, version):
         written[ANOMALIES] = len(found)
     return written
 
@@ -577,68 +227,8 @@ def _names_learned(engine: DeltaEngine, clusters: set[str], now: datetime) -> bo
 
 
 # ---------------------------------------------------------------------------------------------
-# Log bounds from snapshots (ingest: snapshots already stored; snapshot: the current offsets)
+# After a snapshot: the current offsets against its log bounds
 # ---------------------------------------------------------------------------------------------
-
-
-def _log_bounds(engine: DeltaEngine, clusters: set[str]) -> pa.Table | None:
-    if not clusters or not engine.exists("snapshot_log_end_offsets"):
-        return None
-    table = engine.read("snapshot_log_end_offsets", None, KeyFilter.of(("cluster_id",), {(c,) for c in clusters}))
-    return table if table.num_rows else None
-
-
-def _bound_checks(c: dict[str, Any], snaps: list[dict[str, Any]], now: datetime, source: str,
-                  ts: datetime | None) -> list[dict[str, Any]]:
-    """``snaps``: this partition's snapshot rows sorted by captured_at. Past the end is
-    certain against a snapshot taken at/after the commit (the log end only grows); below
-    the start against one taken at/before it (the log start only grows)."""
-    out = []
-    after = [s for s in snaps if ts is None or s["captured_at"] >= ts]
-    before = [s for s in snaps if ts is not None and s["captured_at"] <= ts]
-    if after and after[0]["log_end_offset"] is not None and c["committed_offset"] > after[0]["log_end_offset"]:
-        s = after[0]
-        out.append(_anomaly("past_log_end", c, now, source, log_end_offset=s["log_end_offset"],
-                            log_start_offset=s.get("log_start_offset"), snapshot_id=s["snapshot_id"],
-                            snapshot_captured_at=s["captured_at"]))
-    if before and before[-1].get("log_start_offset") is not None \
-            and c["committed_offset"] < before[-1]["log_start_offset"]:
-        s = before[-1]
-        out.append(_anomaly("below_log_start", c, now, source, log_end_offset=s["log_end_offset"],
-                            log_start_offset=s["log_start_offset"], snapshot_id=s["snapshot_id"],
-                            snapshot_captured_at=s["captured_at"]))
-    return out
-
-
-def log_bound_anomalies(engine: DeltaEngine, commits: pa.Table, attribution: pa.Table, now: datetime,
-                        source: str) -> list[dict[str, Any]]:
-    """This batch's commits against snapshots the lake already holds (a replayed history)."""
-    if commits.num_rows == 0:
-        return []
-    bounds = _log_bounds(engine, set(commits.column("cluster_id").to_pylist()))
-    if bounds is None:
-        return []
-    snaps = _by_partition(bounds)
-    who = {(r["cluster_id"], r["offsets_partition"], r["offset"]): r
-           for r in attribution.select(["cluster_id", "offsets_partition", "offset", "attribution",
-                                        "member_id"]).to_pylist()}
-    out = []
-    for c in commits.to_pylist():
-        mine = snaps.get((c["cluster_id"], c["topic"], c["partition"]))
-        if mine:
-            c.update({k: v for k, v in who.get((c["cluster_id"], c["offsets_partition"], c["offset"]), {}).items()
-                      if k in ("attribution", "member_id")})
-            out += _bound_checks(c, mine, now, source, c["commit_timestamp"])
-    return out
-
-
-def _by_partition(bounds: pa.Table) -> dict[tuple, list[dict[str, Any]]]:
-    snaps: dict[tuple, list[dict[str, Any]]] = {}
-    for s in bounds.to_pylist():
-        snaps.setdefault((s["cluster_id"], s["topic"], s["partition"]), []).append(s)
-    for rows in snaps.values():
-        rows.sort(key=lambda s: s["captured_at"])
-    return snaps
 
 
 def snapshot_anomalies(engine: DeltaEngine, cluster_id: str, snapshot_id: str,
@@ -652,7 +242,7 @@ def snapshot_anomalies(engine: DeltaEngine, cluster_id: str, snapshot_id: str,
                          KeyFilter.of(("cluster_id", "snapshot_id"), {(cluster_id, snapshot_id)}))
     if bounds.num_rows == 0:
         return 0
-    snaps = _by_partition(bounds)
+    snaps = by_partition(bounds)
     current = engine.read("committed_offsets", None, KeyFilter.of(("cluster_id",), {(cluster_id,)}))
     who: dict[tuple, dict] = {}
     if engine.exists(ATTRIBUTION):
@@ -667,39 +257,17 @@ def snapshot_anomalies(engine: DeltaEngine, cluster_id: str, snapshot_id: str,
         a = who.get((c["cluster_id"], c["offsets_partition"], c["offset"]), {})
         c.update(attribution=a.get("attribution"), member_id=a.get("member_id"))
         # the current offset was committed before this snapshot: both checks apply to it
-        out += [x for x in _bound_checks(c, mine, now, "snapshot", None)]
+        out += [x for x in bound_checks(c, mine, now, "snapshot", None)]
         s = mine[-1]
         if s.get("log_start_offset") is not None and c["committed_offset"] < s["log_start_offset"]:
-            out.append(_anomaly("below_log_start", c, now, "snapshot", log_end_offset=s["log_end_offset"],
+            out.append(anomaly_row("below_log_start", c, now, "snapshot", log_end_offset=s["log_end_offset"],
                                 log_start_offset=s["log_start_offset"], snapshot_id=s["snapshot_id"],
                                 snapshot_captured_at=s["captured_at"]))
     if not out:
         return 0
     ensure_tables(engine)
     app_id = f"offsetlake-anomalies-{cluster_id}-{snapshot_id}"
-    return len(out) if engine.merge(contract(ANOMALIES), _rows(out, ANOMALIES), app_id, 0) else 0
-
-
-def log_start_recorded(engine: DeltaEngine) -> bool:
-    """Whether any snapshot recorded a log start offset (``below_log_start`` needs one)."""
-    if not engine.exists("snapshot_log_end_offsets"):
-        return False
-    try:
-        column = engine.read("snapshot_log_end_offsets", ["log_start_offset"]).column(0)
-    except Exception:  # an older lake whose snapshots predate the column
-        return False
-    return column.null_count < len(column)
-
-
-def anomaly_counts(engine: DeltaEngine, cluster_id: str) -> dict[str, int]:
-    """Anomalies by kind for one cluster (every kind listed, zeros included)."""
-    counts = dict.fromkeys(KINDS, 0)
-    if not engine.exists(ANOMALIES):
-        return counts
-    table = engine.read(ANOMALIES, ["cluster_id", "kind"], KeyFilter.of(("cluster_id",), {(cluster_id,)}))
-    for row in pc.value_counts(table.column("kind")).to_pylist():
-        counts[row["values"]] = row["counts"]
-    return counts
+    return len(out) if engine.merge(contract(ANOMALIES), upsert_rows(out, ANOMALIES), app_id, 0) else 0
 
 
 # ---------------------------------------------------------------------------------------------

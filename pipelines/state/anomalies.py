@@ -1,0 +1,310 @@
+"""Which commits look wrong: ``offset_anomalies`` rows. Rewinds, leader-epoch regressions
+and a commit resurrecting a deleted group (in log order, from the audit cursor's facts);
+zombie commits and commits for partitions the group never assigned (from the attribution);
+commits past the log end or below the log start (against the snapshots' log bounds).
+Pure computation over Arrow tables; :mod:`pipelines.state.audit` reads and writes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.lake.engines import DeltaEngine
+from pipelines.lake.keys import KeyFilter
+from pipelines.state.attribution import REASONS, attribution_at, key_ids
+
+ANOMALIES = "offset_anomalies"
+#: kind -> (severity, reason)
+KINDS = {
+    "offset_rewind": ("warning", "committed offset lower than the previous commit of the key "
+                                 "(a reset or reprocessing)"),
+    "leader_epoch_regression": ("warning", "leader epoch lower than the previous commit's "
+                                           "(a stale or restarted client)"),
+    "commit_after_group_deleted": ("warning", "first commit after the group's tombstone "
+                                              "(DeleteGroups), with no new group record between: "
+                                              "the commit recreated the group"),
+    "zombie_commit": ("critical", REASONS["zombie"]),
+    "unassigned_partition": ("warning", REASONS["unassigned"]),
+    "past_log_end": ("critical", "committed offset beyond the partition's log end offset at a "
+                                 "snapshot taken after the commit: the consumer resets "
+                                 "(auto.offset.reset) on its next fetch"),
+    "below_log_start": ("warning", "committed offset below the partition's log start offset "
+                                   "at the snapshot: records were deleted by retention before "
+                                   "the group read them (data skipped)"),
+}
+
+
+# A rewind the group's no-member state explains (admin reset) is informational.
+_REWIND_INFO = {"group_empty", "no_membership"}
+
+
+def anomaly_row(kind: str, c: dict[str, Any], now: datetime, source: str, **evidence: Any) -> dict[str, Any]:
+    severity, reason = KINDS[kind]
+    if kind == "offset_rewind" and c.get("attribution") in _REWIND_INFO:
+        severity = "info"
+    return {"cluster_id": c["cluster_id"], "kind": kind, "severity": severity,
+            "group_id": c["group_id"], "topic": c["topic"], "partition": c["partition"],
+            "committed_offset": c["committed_offset"], "leader_epoch": c.get("leader_epoch"),
+            "offsets_partition": c["offsets_partition"], "offset": c["offset"],
+            "commit_timestamp": c.get("commit_timestamp"), "record_timestamp": c.get("record_timestamp"),
+            "attribution": c.get("attribution"), "member_id": c.get("member_id"),
+            "previous_offset": None, "previous_leader_epoch": None, "previous_position": None,
+            "log_start_offset": None, "log_end_offset": None, "snapshot_id": None,
+            "snapshot_captured_at": None, "reason": reason, "detected_by": source,
+            "detected_at": now, **evidence}
+
+
+def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
+                       cursor: list[dict[str, Any]], attribution: pa.Table, now: datetime
+                       ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Rewinds, leader-epoch regressions and commits after a group tombstone, in log order
+    from the cursor (the facts before this batch); returns anomalies and the new cursor rows.
+
+    Vectorized over the batch: the cursor's last commit per key is prepended as a row at
+    position -1, rows are sorted by (key, position) and each compared with the row before
+    it; an offset tombstone forgets the key's previous offset and epoch.
+    """
+    key_cols = ["cluster_id", "group_id", "topic", "partition"]
+    prior = [r for r in cursor if r["partition"] >= 0 and r["last_offset"] is not None]
+    seed = pa.table({
+        "cluster_id": pa.array([r["cluster_id"] for r in prior], pa.string()),
+        "group_id": pa.array([r["group_id"] for r in prior], pa.string()),
+        "topic": pa.array([r["topic"] for r in prior], pa.string()),
+        "partition": pa.array([r["partition"] for r in prior], pa.int32()),
+        "committed_offset": pa.array([r["last_offset"] for r in prior], pa.int64()),
+        "leader_epoch": pa.array([r["last_leader_epoch"] for r in prior], pa.int32()),
+        "is_tombstone": pa.array([False] * len(prior), pa.bool_()),
+        "offset": pa.array([-1] * len(prior), pa.int64()),
+    })
+    body = commits.select(list(seed.column_names)).cast(seed.schema)
+    rows = pa.concat_tables([seed, body])
+    real = np.r_[np.zeros(len(prior), bool), np.ones(commits.num_rows, bool)]
+    out: list[dict[str, Any]] = []
+    new_cursor: list[dict[str, Any]] = []
+    if commits.num_rows:
+        kid = key_ids([rows.column(c) for c in key_cols])[0]
+        pos = rows.column("offset").to_numpy().astype(np.int64)
+        order = np.lexsort((pos, kid))
+        k, pos, real_o = kid[order], pos[order], real[order]
+        off = pc.fill_null(rows.column("committed_offset"), -1).to_numpy().astype(np.int64)[order]
+        tomb = rows.column("is_tombstone").to_numpy(zero_copy_only=False)[order]
+        epoch = pc.fill_null(rows.column("leader_epoch"), -1).to_numpy().astype(np.int64)[order]
+        first = np.r_[True, k[1:] != k[:-1]]
+        after_tomb = np.r_[False, tomb[:-1]]
+        has_prev = ~first & ~after_tomb
+        prev = np.r_[-1, off[:-1]]
+        # the last epoch >= 0 before each row, not crossing a tombstone or a key change
+        seg = np.cumsum(first | after_tomb)
+        known = np.where((epoch >= 0) & ~tomb, epoch, -1).astype(float)
+        known[known < 0] = np.nan
+        import pandas as pd
+
+        filled = pd.Series(known).groupby(seg).ffill().to_numpy()
+        prev_epoch = np.r_[np.nan, filled[:-1]]
+        prev_epoch[first | after_tomb] = np.nan
+        live = real_o & ~tomb
+        rewind = live & has_prev & (off < prev)
+        regress = live & (epoch >= 0) & ~np.isnan(prev_epoch) & (epoch < np.nan_to_num(prev_epoch, nan=-1))
+        flagged = rewind | regress
+        if flagged.any():
+            idx = order[flagged]
+            full = commits.take(pa.array(idx - len(prior)))
+            who, member = attribution_at(attribution, full)
+            for i, c in enumerate(full.to_pylist()):
+                c.update(attribution=who[i].as_py(), member_id=member[i].as_py())
+                at = np.flatnonzero(flagged)[i]
+                ev = {"previous_offset": int(prev[at]) if has_prev[at] else None,
+                      "previous_leader_epoch": None if np.isnan(prev_epoch[at]) else int(prev_epoch[at]),
+                      "previous_position": int(pos[at - 1]) if has_prev[at] and pos[at - 1] >= 0 else None}
+                if rewind[at]:
+                    out.append(anomaly_row("offset_rewind", c, now, "ingest", **ev))
+                if regress[at]:
+                    out.append(anomaly_row("leader_epoch_regression", c, now, "ingest", **ev))
+        last = np.r_[k[1:] != k[:-1], True] & real_o
+        lk = rows.select(key_cols).take(pa.array(order[last])).to_pylist()
+        for i, r in zip(np.flatnonzero(last), lk, strict=True):
+            t = bool(tomb[i])
+            new_cursor.append({**r, "last_offset": None if t else int(off[i]),
+                               "last_leader_epoch": None if t or np.isnan(filled[i]) else int(filled[i]),
+                               "last_position": int(pos[i]), "group_deleted_at": None,
+                               "offsets_deleted": None, "updated_at": now})
+    out += _after_deletion(commits, events, cursor, attribution, now, new_cursor)
+    return out, new_cursor
+
+
+def _after_deletion(commits: pa.Table, events: list[tuple[str, str, Any]], cursor: list[dict[str, Any]],
+                    attribution: pa.Table, now: datetime, new_cursor: list[dict[str, Any]]
+                    ) -> list[dict[str, Any]]:
+    """The first commit after a group's deletion with no new group record between.
+
+    A deletion is a group-level tombstone whose group's last offset record before it is a
+    tombstone (DeleteGroups and expiry write the offset tombstones first). A lone
+    GroupMetadata tombstone is the classic -> consumer conversion, not a deletion (on a
+    compacted log the consumer-group records written with it may be gone).
+    Per group, the cursor row (topic '', partition -1) keeps whether the last offset record
+    was a tombstone and the pending deletion's position; appended to ``new_cursor``.
+    """
+    before = {(r["cluster_id"], r["group_id"]): r for r in cursor if r["partition"] < 0}
+    state = {k: {"deleted_at": r["group_deleted_at"], "offsets_deleted": bool(r["offsets_deleted"])}
+             for k, r in before.items()}
+    # the log-order walk is only needed where a deletion is pending or a group tombstone lands
+    # (rare); elsewhere a group record only clears a deletion there is none of
+    detailed = {k for k, v in state.items() if v["deleted_at"] is not None} | {
+        (c, g) for c, g, r in events if r.is_tombstone}
+    for c, g, _ in events:
+        state.setdefault((c, g), {"deleted_at": None, "offsets_deleted": False})
+    out = []
+    if commits.num_rows:  # every group: was its last offset record of the batch a tombstone?
+        from pipelines.state.offsets import last_per_key
+
+        last = last_per_key(commits.select(["cluster_id", "group_id", "offsets_partition", "offset",
+                                            "is_tombstone"]), ["cluster_id", "group_id"])
+        for c, g, t in zip(last.column("cluster_id").to_pylist(), last.column("group_id").to_pylist(),
+                           last.column("is_tombstone").to_pylist(), strict=True):
+            if (c, g) not in detailed:
+                state[(c, g)] = {"deleted_at": None, "offsets_deleted": bool(t)}
+    if detailed:
+        mine = commits
+        if mine.num_rows:
+            keys = pa.array([f"{c}\x1f{g}" for c, g in detailed])
+            joined = pc.binary_join_element_wise(pc.cast(mine.column("cluster_id"), pa.string()),
+                                                 pc.cast(mine.column("group_id"), pa.string()), "\x1f")
+            mine = mine.filter(pc.is_in(joined, value_set=keys))
+        items: list[tuple] = [(c["cluster_id"], c["group_id"], c["offsets_partition"], c["offset"], 1, c)
+                              for c in mine.to_pylist()]
+        items += [(c, g, r.offsets_partition, r.offset, 0, r.is_tombstone) for c, g, r in events]
+        items.sort(key=lambda t: t[:4])
+        for cluster_id, group_id, _p, position, is_commit, what in items:
+            st = state.setdefault((cluster_id, group_id), {"deleted_at": None, "offsets_deleted": False})
+            if not is_commit:
+                st["deleted_at"] = position if what and st["offsets_deleted"] else None
+            elif what["is_tombstone"]:
+                st["offsets_deleted"] = True
+            else:
+                st["offsets_deleted"] = False
+                if st["deleted_at"] is not None:
+                    who, member = attribution_at(attribution, pa.Table.from_pylist([what]).select(
+                        ["cluster_id", "offsets_partition", "offset"]))
+                    what.update(attribution=who[0].as_py(), member_id=member[0].as_py())
+                    out.append(anomaly_row("commit_after_group_deleted", what, now, "ingest",
+                                        reason=KINDS["commit_after_group_deleted"][1]
+                                        + f" (tombstone at offset {st['deleted_at']})"))
+                    st["deleted_at"] = None
+    for (cluster_id, group_id), st in sorted(state.items()):
+        old = before.get((cluster_id, group_id))
+        if old is not None and old["group_deleted_at"] == st["deleted_at"] \
+                and bool(old["offsets_deleted"]) == st["offsets_deleted"]:
+            continue
+        new_cursor.append({"cluster_id": cluster_id, "group_id": group_id, "topic": "", "partition": -1,
+                           "last_offset": None, "last_leader_epoch": None, "last_position": None,
+                           "group_deleted_at": st["deleted_at"], "offsets_deleted": st["offsets_deleted"],
+                           "updated_at": now})
+    return out
+
+
+def ownership_anomalies(attribution: pa.Table, now: datetime) -> list[dict[str, Any]]:
+    """Zombie commits and commits for partitions the group never assigned."""
+    if attribution.num_rows == 0:
+        return []
+    bad = attribution.filter(pc.is_in(attribution.column("attribution"),
+                                      pa.array(["zombie", "unassigned"])))
+    out = []
+    for c in bad.to_pylist():
+        kind = "zombie_commit" if c["attribution"] == "zombie" else "unassigned_partition"
+        extra = {}
+        if kind == "zombie_commit":
+            extra["reason"] = (KINDS[kind][1] + f" (last owner {c['last_owner_member_id']}, client "
+                               f"{c['last_owner_client_id']}, lost it at offset {c['last_owner_lost_at_offset']})")
+        out.append(anomaly_row(kind, c, now, "ingest", **extra))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Log bounds from snapshots (ingest: snapshots already stored; snapshot: the current offsets)
+# ---------------------------------------------------------------------------------------------
+
+
+def _log_bounds(engine: DeltaEngine, clusters: set[str]) -> pa.Table | None:
+    if not clusters or not engine.exists("snapshot_log_end_offsets"):
+        return None
+    table = engine.read("snapshot_log_end_offsets", None, KeyFilter.of(("cluster_id",), {(c,) for c in clusters}))
+    return table if table.num_rows else None
+
+
+def bound_checks(c: dict[str, Any], snaps: list[dict[str, Any]], now: datetime, source: str,
+                  ts: datetime | None) -> list[dict[str, Any]]:
+    """``snaps``: this partition's snapshot rows sorted by captured_at. Past the end is
+    certain against a snapshot taken at/after the commit (the log end only grows); below
+    the start against one taken at/before it (the log start only grows)."""
+    out = []
+    after = [s for s in snaps if ts is None or s["captured_at"] >= ts]
+    before = [s for s in snaps if ts is not None and s["captured_at"] <= ts]
+    if after and after[0]["log_end_offset"] is not None and c["committed_offset"] > after[0]["log_end_offset"]:
+        s = after[0]
+        out.append(anomaly_row("past_log_end", c, now, source, log_end_offset=s["log_end_offset"],
+                            log_start_offset=s.get("log_start_offset"), snapshot_id=s["snapshot_id"],
+                            snapshot_captured_at=s["captured_at"]))
+    if before and before[-1].get("log_start_offset") is not None \
+            and c["committed_offset"] < before[-1]["log_start_offset"]:
+        s = before[-1]
+        out.append(anomaly_row("below_log_start", c, now, source, log_end_offset=s["log_end_offset"],
+                            log_start_offset=s["log_start_offset"], snapshot_id=s["snapshot_id"],
+                            snapshot_captured_at=s["captured_at"]))
+    return out
+
+
+def log_bound_anomalies(engine: DeltaEngine, commits: pa.Table, attribution: pa.Table, now: datetime,
+                        source: str) -> list[dict[str, Any]]:
+    """This batch's commits against snapshots the lake already holds (a replayed history)."""
+    if commits.num_rows == 0:
+        return []
+    bounds = _log_bounds(engine, set(commits.column("cluster_id").to_pylist()))
+    if bounds is None:
+        return []
+    snaps = by_partition(bounds)
+    who = {(r["cluster_id"], r["offsets_partition"], r["offset"]): r
+           for r in attribution.select(["cluster_id", "offsets_partition", "offset", "attribution",
+                                        "member_id"]).to_pylist()}
+    out = []
+    for c in commits.to_pylist():
+        mine = snaps.get((c["cluster_id"], c["topic"], c["partition"]))
+        if mine:
+            c.update({k: v for k, v in who.get((c["cluster_id"], c["offsets_partition"], c["offset"]), {}).items()
+                      if k in ("attribution", "member_id")})
+            out += bound_checks(c, mine, now, source, c["commit_timestamp"])
+    return out
+
+
+def by_partition(bounds: pa.Table) -> dict[tuple, list[dict[str, Any]]]:
+    snaps: dict[tuple, list[dict[str, Any]]] = {}
+    for s in bounds.to_pylist():
+        snaps.setdefault((s["cluster_id"], s["topic"], s["partition"]), []).append(s)
+    for rows in snaps.values():
+        rows.sort(key=lambda s: s["captured_at"])
+    return snaps
+
+
+def log_start_recorded(engine: DeltaEngine) -> bool:
+    """Whether any snapshot recorded a log start offset (``below_log_start`` needs one)."""
+    if not engine.exists("snapshot_log_end_offsets"):
+        return False
+    try:
+        column = engine.read("snapshot_log_end_offsets", ["log_start_offset"]).column(0)
+    except Exception:  # an older lake whose snapshots predate the column
+        return False
+    return column.null_count < len(column)
+
+
+def anomaly_counts(engine: DeltaEngine, cluster_id: str) -> dict[str, int]:
+    """Anomalies by kind for one cluster (every kind listed, zeros included)."""
+    counts = dict.fromkeys(KINDS, 0)
+    if not engine.exists(ANOMALIES):
+        return counts
+    table = engine.read(ANOMALIES, ["cluster_id", "kind"], KeyFilter.of(("cluster_id",), {(cluster_id,)}))
+    for row in pc.value_counts(table.column("kind")).to_pylist():
+        counts[row["values"]] = row["counts"]
+    return counts

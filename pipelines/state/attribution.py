@@ -1,0 +1,173 @@
+"""Who committed what: ``commit_attribution`` rows, each offset commit tied to the member
+whose generation (classic) or member-epoch assignment (KIP-848) held the partition at the
+commit's log position, from ``group_generations``; commits that no member held get a reason
+instead. Vectorized: keys become integers, (key, position) one sortable int64."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.lake.contracts import contract
+from pipelines.lake.engines import DeltaEngine
+from pipelines.lake.keys import KeyFilter
+from pipelines.state import topics
+
+ATTRIBUTION = "commit_attribution"
+TS = pa.timestamp("us", tz="UTC")
+
+#: attribution -> why the commit has no (current) owner
+REASONS = {
+    "zombie": "no member held the partition at this position; its last owner lost it in a "
+              "rebalance earlier (a zombie commit by a member that had lost the partition)",
+    "unassigned": "the group had an active assignment at this position, but no member was "
+                  "ever assigned this partition in the recorded history (or the log lacks the "
+                  "record that assigned it: compacted away, or a generation that wrote none)",
+    "group_empty": "the group had no member at this position (generation without members "
+                   "or all members gone): an admin --reset-offsets, or a tool committing "
+                   "for the empty group",
+    "no_membership": "no classic generation, KIP-848 assignment or streams task assignment of "
+                     "the group covers this position and none did before: a simple group "
+                     "(assign() client) or an admin tool (or the log lost the group's records "
+                     "to compaction)",
+    "topic_unresolved": "the group's KIP-848 assignment names topics by id and no name is known "
+                        "for one of them yet; attributed again when the name is learned (a "
+                        "snapshot, or a 4.1+ commit carrying the topic id)",
+}
+
+
+_TOPIC_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")  # a Kafka topic id as the decoder writes it
+
+
+def generation_rows(engine: DeltaEngine, commits: pa.Table) -> pa.Table:
+    """Ownership rows of the committing groups, topic ids resolved to names where known."""
+    cols = ["cluster_id", "group_id", "group_type", "generation", "member_id", "group_instance_id",
+            "client_id", "client_host", "topic", "partition", "valid_from_offset", "valid_to_offset"]
+    groups = set(zip(commits.column("cluster_id").to_pylist(), commits.column("group_id").to_pylist(),
+                     strict=True))
+    if not groups:
+        return contract("group_generations").arrow_schema.empty_table().select(cols)
+    gens = engine.read("group_generations", cols, KeyFilter.of(("cluster_id", "group_id"), groups))
+    names = topics.known_names(engine, {c for c, _ in groups})
+    if names and gens.num_rows:
+        keys = pa.array([f"{c}\x1f{i}" for c, i in names])
+        joined = pc.binary_join_element_wise(pc.cast(gens.column("cluster_id"), pa.string()),
+                                             pc.cast(gens.column("topic"), pa.string()), "\x1f")
+        found = pa.array(list(names.values()), pa.string()).take(pc.index_in(joined, value_set=keys))
+        fixed = pc.coalesce(found, pc.cast(gens.column("topic"), pa.string()))
+        gens = gens.set_column(gens.column_names.index("topic"), "topic", fixed)
+    return gens
+
+
+POSITION_SHIFT = np.int64(1) << np.int64(40)  # positions in one offsets partition stay below 2**40
+
+
+def key_ids(*columns: list[pa.ChunkedArray]) -> list[np.ndarray]:
+    """One integer id per distinct key across tables: ``columns`` is, per table, its key
+    columns; equal keys get equal ids in every table."""
+    sizes = [len(cols[0]) for cols in columns]
+    parts = [pa.chunked_array([pc.cast(cols[i], pa.string()).combine_chunks() for cols in columns],
+                              pa.string()) for i in range(len(columns[0]))]
+    joined = pc.binary_join_element_wise(*parts, "\x1f")
+    ids = pc.dictionary_encode(joined.combine_chunks()).indices.to_numpy().astype(np.int64)
+    return list(np.split(ids, np.cumsum(sizes)[:-1]))
+
+
+def attribute(commits: pa.Table, gens: pa.Table, now: datetime) -> pa.Table:
+    """``commit_attribution`` rows for ``commits`` (non-tombstones) from ownership rows ``gens``.
+
+    Per commit at log position x: the ownership row of its (group, topic, partition) that
+    started last at or before x; if it is still open at x, its member is the owner. Else the
+    group's state at x names the reason: some member active (zombie: the partition's last
+    owner lost it; unassigned: never owned), no member (group_empty), never any (no_membership).
+    Vectorized: keys become integers, (key, position) one sortable int64, lookups searchsorted.
+    """
+    n = commits.num_rows
+    spec = contract(ATTRIBUTION)
+    if n == 0:
+        return spec.arrow_schema.empty_table()
+    tp_cols = ["cluster_id", "group_id", "topic", "partition"]
+    c_tp, g_tp = key_ids([commits.column(c) for c in tp_cols], [gens.column(c) for c in tp_cols])
+    c_grp, g_grp = key_ids([commits.column(c) for c in tp_cols[:2]], [gens.column(c) for c in tp_cols[:2]])
+    x = commits.column("offset").to_numpy().astype(np.int64)
+    start = gens.column("valid_from_offset").to_numpy().astype(np.int64)
+    end_arr = gens.column("valid_to_offset")
+    closed = pc.is_valid(end_arr).to_numpy(zero_copy_only=False)
+    end = pc.fill_null(end_arr, 0).to_numpy().astype(np.int64)
+
+    # the row of the commit's partition that started last at or before x
+    order = np.lexsort((start, g_tp))
+    comp = g_tp[order] * POSITION_SHIFT + start[order]
+    j = np.searchsorted(comp, c_tp * POSITION_SHIFT + x, side="right") - 1
+    found = j >= 0
+    found[found] = g_tp[order][j[found]] == c_tp[found]
+    row = np.where(found, order[np.maximum(j, 0)], -1) if len(order) else np.full(n, -1)
+    has_row = row >= 0
+    r_ = np.maximum(row, 0)
+    owner = has_row & (~closed[r_] | (end[r_] > x)) if len(start) else np.zeros(n, bool)
+
+    # members active in the group at x: rows started at or before x minus rows ended by then
+    starts = np.sort(g_grp * POSITION_SHIFT + start)
+    ends = np.sort((g_grp * POSITION_SHIFT + end)[closed])
+    base = c_grp * POSITION_SHIFT
+    started = np.searchsorted(starts, base + x, side="right") - np.searchsorted(starts, base, side="left")
+    ended = np.searchsorted(ends, base + x, side="right") - np.searchsorted(ends, base, side="left")
+    active = (started - ended) > 0
+    codes = np.where(owner, 0, np.where(active, np.where(has_row, 1, 2), np.where(started > 0, 3, 4)))
+    # an id-named KIP-848 row may be this very partition: not "unassigned" until the name is known
+    unresolved = {g for g, t, k in zip(g_grp.tolist(), gens.column("topic").to_pylist(),
+                                       gens.column("group_type").to_pylist(), strict=True)
+                  if k != "classic" and _TOPIC_ID.match(t or "")}
+    if unresolved:
+        codes = np.where((codes == 2) & np.isin(c_grp, np.fromiter(unresolved, np.int64)), 5, codes)
+    names = ["owner", "zombie", "unassigned", "group_empty", "no_membership", "topic_unresolved"]
+    status = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int8)), pa.array(names)).cast(pa.string())
+    reason = pa.DictionaryArray.from_arrays(
+        pa.array(codes.astype(np.int8), mask=codes == 0),
+        pa.array([""] + [REASONS[k] for k in names[1:]])).cast(pa.string())
+
+    owner_cols = ["group_type", "generation", "member_id", "group_instance_id", "client_id",
+                  "client_host", "valid_from_offset"]
+    last_cols = ["member_id", "client_id", "client_host", "valid_to_offset"]
+    last = has_row & ~owner
+    if len(start):  # a null index takes a null row
+        owners = gens.select(owner_cols).take(pa.array(r_, mask=~owner))
+        lasts = gens.select(last_cols).take(pa.array(r_, mask=~last))
+    else:
+        owners = gens.select(owner_cols).schema.empty_table()
+        owners = pa.table({c: pa.nulls(n, owners.schema.field(c).type) for c in owner_cols})
+        lasts = pa.table({c: pa.nulls(n, gens.schema.field(c).type) for c in last_cols})
+    table = pa.table({
+        **{c: commits.column(c) for c in ("cluster_id", "group_id", "topic", "partition", "committed_offset",
+                                          "leader_epoch", "commit_timestamp", "offsets_partition", "offset",
+                                          "record_timestamp")},
+        "attribution": status, "reason": reason,
+        **{c: owners.column(c) for c in owner_cols[:-1]},
+        "owner_valid_from_offset": owners.column("valid_from_offset"),
+        "last_owner_member_id": lasts.column("member_id"), "last_owner_client_id": lasts.column("client_id"),
+        "last_owner_client_host": lasts.column("client_host"),
+        "last_owner_lost_at_offset": lasts.column("valid_to_offset"),
+        "updated_at": pa.array(np.full(n, np.datetime64(now.replace(tzinfo=None), "us")), TS),
+    })
+    return spec.conform(table)
+
+
+def attribution_at(attribution: pa.Table, rows: pa.Table) -> tuple[pa.Array, pa.Array]:
+    """(attribution, member_id) of ``attribution`` at the positions of ``rows``."""
+    if rows.num_rows == 0 or attribution.num_rows == 0:
+        return pa.nulls(rows.num_rows, pa.string()), pa.nulls(rows.num_rows, pa.string())
+    cols = ["cluster_id", "offsets_partition"]
+    a_id, r_id = key_ids([attribution.column(c) for c in cols], [rows.column(c) for c in cols])
+    a_comp = a_id * POSITION_SHIFT + attribution.column("offset").to_numpy().astype(np.int64)
+    r_comp = r_id * POSITION_SHIFT + rows.column("offset").to_numpy().astype(np.int64)
+    order = np.argsort(a_comp, kind="stable")
+    j = np.minimum(np.searchsorted(a_comp[order], r_comp), len(order) - 1)
+    hit = pa.array(a_comp[order][j] == r_comp)
+    idx = pa.array(order[j])
+    null = pa.scalar(None, pa.string())
+    return (pc.if_else(hit, attribution.column("attribution").take(idx), null),
+            pc.if_else(hit, attribution.column("member_id").take(idx), null))
