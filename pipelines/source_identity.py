@@ -70,11 +70,11 @@ def default_checkpoint(lake: Path, cluster_id: str) -> Path:
     stored = read_identity(legacy)
     if stored is not None:
         return legacy if stored.cluster_id == cluster_id else mine
-    clusters = _lake_clusters(lake)
+    clusters = lake_clusters(lake)
     return legacy if clusters <= {cluster_id} else mine
 
 
-def _lake_clusters(lake: Path) -> set[str]:
+def lake_clusters(lake: Path) -> set[str]:
     """Cluster ids in the lake's committed_offsets and consumer_groups (small state tables)."""
     try:
         from deltalake import DeltaTable

@@ -85,12 +85,12 @@ def _clear_demo(data: Path, lake, cfg) -> None:
     """``demo --regenerate``: a new history must not mix with the old one, neither in the
     data directory (old segment files) nor in the lake (old rows, the checkpoint's positions).
     Only a lake that holds nothing but the demo cluster is removed."""
-    from pipelines.source_identity import _lake_clusters
+    from pipelines.source_identity import lake_clusters
 
     if not getattr(lake, "is_local", True):
         raise UserError("demo --regenerate rebuilds the demo lake and needs a local --lake")
     root = Path(lake.local_path if hasattr(lake, "local_path") else lake)
-    others = _lake_clusters(root) - {"demo"} if root.exists() else set()
+    others = lake_clusters(root) - {"demo"} if root.exists() else set()
     if others:
         raise UserError(f"demo --regenerate would remove {root}, which also holds clusters "
                         f"{', '.join(sorted(others))}; give the demo its own --lake")
