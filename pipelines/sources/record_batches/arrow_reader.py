@@ -1,7 +1,7 @@
 """Vectorized segment reading: segment file bytes -> RAW_ARROW_SCHEMA record batches.
 
 Why: nearly every ``__consumer_offsets`` batch is an uncompressed magic-2 batch of one to a
-few records, and the record-object path (:mod:`pipelines.sources.segments`) spends ~5 us per
+few records, and the record-object path (:mod:`~pipelines.sources.record_batches.exact_reader`) spends ~5 us per
 record building ``Record`` tuples and then Python lists for Arrow. Here, per group of files
 (~8 MiB), the only per-batch Python work is the framing walk (one ``struct`` unpack and one
 C-speed CRC32C per batch); everything else is numpy over all batches at once:
@@ -9,7 +9,7 @@ C-speed CRC32C per batch); everything else is numpy over all batches at once:
 1. **walk** (:func:`_walk`): follow the length fields with exactly the acceptance test of
    ``decode_segment_bytes``' fast branch (magic 2, sane length, inside the file, base offset
    at or above the floor, CRC32C valid). Whatever fails it goes through the exact
-   ``_slow_step`` right there, so framing, resynchronisation, floors and Problems are the
+   ``slow_step`` right there, so framing, resynchronisation, floors and Problems are the
    exact path's by construction;
 2. **headers**: one row gather through a sliding-window view copies the 61 header bytes of
    every candidate batch; fields are big-endian views through a structured dtype;
@@ -22,7 +22,7 @@ C-speed CRC32C per batch); everything else is numpy over all batches at once:
 
 A batch the vector path does not fully validate (compressed, control, record headers,
 varints over 9 bytes, a record that does not fill its declared length, extreme offsets or
-timestamps, very long batches) is decoded by the exact ``_decode_v2_batch`` instead, at its
+timestamps, very long batches) is decoded by the exact ``decode_v2_batch`` instead, at its
 place, with its Problems. So the output equals ``batches_to_arrow(iter_batches(...))`` row for
 row, chunk boundaries and Problems included (tests/test_segments.py checks this on every
 corpus file and on the corruption cases).
@@ -61,15 +61,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..raw import RAW_ARROW_SCHEMA
-from ..segments import (  # the exact reader, until it lands in record_batches/exact_reader.py
-    BatchInfo,
-    Record,
-    SegmentFile,
-    _decode_v2_batch,
-    _slow_step,
-    parse_segment_name,
-    partition_of_dir,
-)
+from ..segments.files import SegmentFile, find_segments, parse_segment_name, partition_of_dir
+from .exact_batch import BatchInfo, Record, decode_v2_batch
+from .exact_reader import slow_step
 from .framing import (
     ATTR_CODEC,
     ATTR_CONTROL,
@@ -96,6 +90,7 @@ __all__ = [
     "bytes_to_arrow",
     "index_segments_arrow",
     "numpy_to_arrow",
+    "read_arrow",
     "read_file_arrow",
     "read_segments_arrow",
 ]
@@ -178,7 +173,7 @@ def _walk(f: _File, stop: int) -> _Part:
     """Walk ``f`` from where it stands until its end or past byte ``stop``.
 
     The inner loop is the acceptance test of decode_segment_bytes' fast branch, nothing more;
-    anything it declines is handed to the exact ``_slow_step`` with the same floor, so the
+    anything it declines is handed to the exact ``slow_step`` with the same floor, so the
     framing (and every Problem) is the exact path's.
     """
     part = _Part(f)
@@ -214,7 +209,7 @@ def _walk(f: _File, stop: int) -> _Part:
             pos = end
         if pos >= n or pos > stop:
             break
-        step = _slow_step(data, mv, pos, n, floor, path, f.partition, report)
+        step = slow_step(data, mv, pos, n, floor, path, f.partition, report)
         if step is None:
             pos = n
             break
@@ -452,14 +447,34 @@ def _strings(values: list[str], codes: np.ndarray) -> pa.Array:
     return table.take(numpy_to_arrow(codes, codes < 0))
 
 
-def _build(
-    parts: Sequence[_Part], cluster_id: str | None, problems: list[Problem] | None,
-    index_only: bool = False,
-) -> tuple[pa.RecordBatch | None, np.ndarray]:
-    """Decode a group of walked parts: (rows as RAW_ARROW_SCHEMA, or INDEX_ARROW_SCHEMA when
-    ``index_only``, or None if none; cumulative row count at the end of every batch in log
-    order)."""
-    # ---- one buffer over the regions holding fast candidates, and their positions in it
+@dataclass(slots=True)
+class _Group:
+    """A group of walked parts laid out for the vector path: what every step of _build shares.
+
+    ``u`` views one buffer over the regions holding fast candidates; candidate i lies at
+    ``gpos[i]`` in it (``fpos[i]`` in the file of part ``part_of[i]``) and is batch
+    ``fast_ord[i]`` of the group's ``nb`` batches in log order; ``exact`` holds (ordinal, batch,
+    records) for every batch the exact path decoded. ``hdr``/``ok``/``rounds`` come from the
+    vector pass (:func:`_vector_pass`).
+    """
+
+    parts: Sequence[_Part]
+    buf: bytes
+    u: np.ndarray
+    part_of: np.ndarray
+    fpos: np.ndarray
+    gpos: np.ndarray
+    nb: int
+    fast_ord: np.ndarray
+    exact: list[tuple[int, BatchInfo, list[Record]]]
+    hdr: dict[str, np.ndarray] = field(default_factory=dict)
+    ok: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    rounds: _Rounds = field(default_factory=_Rounds)
+
+
+def _layout(parts: Sequence[_Part]) -> _Group:
+    """One buffer over the regions holding fast candidates, their positions in it, and the
+    log-order index (ordinal) of every batch of the group."""
     pieces: list[memoryview | bytes] = []
     gshift: list[int] = []
     size = 0
@@ -470,7 +485,6 @@ def _build(
             size += p.end - p.start
     pieces.append(_PAD)
     buf = b"".join(pieces)
-    u = np.frombuffer(buf, dtype=np.uint8)
     nfast = np.array([len(p.fast) for p in parts], dtype=np.int64)
     part_of = np.repeat(np.arange(len(parts), dtype=np.int64), nfast)
     fpos = (
@@ -480,7 +494,6 @@ def _build(
     )
     gpos = fpos + np.array(gshift, dtype=np.int64)[part_of]
 
-    # ---- ordinals: index of every batch of the group in log order
     totals = nfast + np.array([len(p.exact) for p in parts], dtype=np.int64)
     base_ord = np.cumsum(totals) - totals
     nb = int(totals.sum())
@@ -492,14 +505,19 @@ def _build(
             exact.append((b0 + o, batch, recs))
             is_exact[b0 + o] = True
     fast_ord = np.flatnonzero(~is_exact)
+    u = np.frombuffer(buf, dtype=np.uint8)
+    return _Group(parts, buf, u, part_of, fpos, gpos, nb, fast_ord, exact)
 
-    # ---- headers of all candidates at once
-    hdr = _headers(u, gpos)
-    base, attrs, count = hdr["base"], hdr["attrs"], hdr["count"].astype(np.int64)
-    length = hdr["length"].astype(np.int64)
-    base_ts, max_ts = hdr["base_ts"], hdr["max_ts"]
-    bstart = gpos + V2_HEADER_SIZE
-    bend = gpos + LOG_OVERHEAD + length
+
+def _vector_pass(g: _Group) -> None:
+    """Headers of all candidates at once, which of them the vector path takes (``ok``), and
+    their records (``rounds``; ``_parse_records`` clears ``ok`` for batches it declines)."""
+    hdr = _headers(g.u, g.gpos)
+    hdr["count"] = count = hdr["count"].astype(np.int64)
+    hdr["length"] = hdr["length"].astype(np.int64)
+    base, attrs, base_ts = hdr["base"], hdr["attrs"], hdr["base_ts"]
+    bstart = g.gpos + V2_HEADER_SIZE
+    bend = g.gpos + LOG_OVERHEAD + hdr["length"]
     ok = (
         (attrs & _ATTR_NOT_FAST == 0)
         & (count >= 0)
@@ -509,23 +527,29 @@ def _build(
         & (base_ts < _LIMIT)
         & ((count > 0) | (bstart == bend))
     )
-    rounds = _parse_records(u, bstart, bend, count, ok)
+    g.hdr, g.ok = hdr, ok
+    g.rounds = _parse_records(g.u, bstart, bend, count, ok)
 
-    # ---- candidates the vector path declined: the exact fast-branch decode, in place
+
+def _decode_declined(g: _Group, problems: list[Problem] | None) -> None:
+    """Candidates the vector path declined: the exact fast-branch decode, in place; then every
+    Problem of the group in file order, handed to ``problems`` (or logged); ``g.exact`` sorted
+    into log order."""
     fallback_problems: list[tuple[int, int, Problem]] = []
-    for i in np.flatnonzero(~ok).tolist():
-        pi = int(part_of[i])
-        f = parts[pi].file
-        pos = int(fpos[i])
+    length = g.hdr["length"]
+    for i in np.flatnonzero(~g.ok).tolist():
+        pi = int(g.part_of[i])
+        f = g.parts[pi].file
+        pos = int(g.fpos[i])
         end = pos + LOG_OVERHEAD + int(length[i])
         header = V2_HEADER.unpack_from(f.data, pos)
-        batch, recs, error = _decode_v2_batch(
+        batch, recs, error = decode_v2_batch(
             f.data, f.mv, pos, end, header, True, f.path, f.partition
         )
         if error is not None:
             fallback_problems.append((pi, pos, Problem(f.path, pos, end - pos, error)))
-        exact.append((int(fast_ord[i]), batch, recs))
-    merged = [(pi, pr.position, pr) for pi, p in enumerate(parts) for pr in p.problems]
+        g.exact.append((int(g.fast_ord[i]), batch, recs))
+    merged = [(pi, pr.position, pr) for pi, p in enumerate(g.parts) for pr in p.problems]
     if fallback_problems:
         merged = sorted(merged + fallback_problems, key=lambda t: (t[0], t[1]))
     if problems is not None:  # the caller reports them (one line each, in its summary)
@@ -533,157 +557,235 @@ def _build(
     else:
         for _, _, pr in merged:
             log_problem(pr)
-    exact.sort(key=lambda t: t[0])
+    g.exact.sort(key=lambda t: t[0])
 
-    # ---- batch-level columns (one value per batch of the group), then rows
-    counts = np.zeros(nb, dtype=np.int64)
-    counts[fast_ord[ok]] = count[ok]
-    ex_ord = np.array([o for o, _, _ in exact], dtype=np.int64)
-    ex_batches = [b for _, b, _ in exact]
-    counts[ex_ord] = [len(r) for _, _, r in exact]
-    ends = np.cumsum(counts)
-    nrows = int(ends[-1]) if nb else 0
-    if nrows == 0:
-        return None, ends
 
-    file_names: list[str] = []
+@dataclass(slots=True)
+class _Batches:
+    """Batch-level facts of a group, one value per batch in log order (``cols``: the raw
+    schema's per-batch columns), and where each batch's rows lie (``ends``: cumulative rows)."""
+
+    counts: np.ndarray
+    ends: np.ndarray
+    ex_ord: np.ndarray  # ordinals of the exact batches, in g.exact order
+    cols: dict[str, np.ndarray] = field(default_factory=dict)
+    file_names: list[str] = field(default_factory=list)
+    source: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    comp_names: list[str] = field(default_factory=lambda: ["none"])
+    comp: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+
+
+def _row_counts(g: _Group) -> _Batches:
+    """Records per batch (vector batches from their header count, exact ones as decoded)."""
+    counts = np.zeros(g.nb, dtype=np.int64)
+    counts[g.fast_ord[g.ok]] = g.hdr["count"][g.ok]
+    ex_ord = np.array([o for o, _, _ in g.exact], dtype=np.int64)
+    counts[ex_ord] = [len(r) for _, _, r in g.exact]
+    return _Batches(counts, np.cumsum(counts), ex_ord)
+
+
+def _batch_columns(g: _Group, b: _Batches) -> None:
+    """Fill ``b`` with the per-batch columns: header fields for vector batches, BatchInfo
+    fields for exact ones, files and compression as codes into name lists."""
+    nb, fast_ord, ex_ord, hdr = g.nb, g.fast_ord, b.ex_ord, g.hdr
+    ex_batches = [batch for _, batch, _ in g.exact]
     file_code: dict[str, int] = {}
-    part_file = np.empty(len(parts), dtype=np.int64)
-    partitions = np.empty(len(parts), dtype=np.int32)
-    for i, p in enumerate(parts):
-        part_file[i] = file_code.setdefault(p.file.path, len(file_names))
-        if part_file[i] == len(file_names):
-            file_names.append(p.file.path)
+    part_file = np.empty(len(g.parts), dtype=np.int64)
+    partitions = np.empty(len(g.parts), dtype=np.int32)
+    for i, p in enumerate(g.parts):
+        part_file[i] = file_code.setdefault(p.file.path, len(b.file_names))
+        if part_file[i] == len(b.file_names):
+            b.file_names.append(p.file.path)
         partitions[i] = p.file.partition
 
     def per_batch(fast_values: np.ndarray, attr: str, dtype: type[np.generic]) -> np.ndarray:
         col = np.empty(nb, dtype=dtype)
         col[fast_ord] = fast_values
-        if exact:
-            col[ex_ord] = [getattr(b, attr) for b in ex_batches]
+        if ex_batches:
+            col[ex_ord] = [getattr(batch, attr) for batch in ex_batches]
         return col
 
-    comp_names = ["none"]
-    comp = np.zeros(nb, dtype=np.int32)
-    source = np.empty(nb, dtype=np.int32)
-    source[fast_ord] = part_file[part_of]
+    b.comp = np.zeros(nb, dtype=np.int32)
+    b.source = np.empty(nb, dtype=np.int32)
+    b.source[fast_ord] = part_file[g.part_of]
     part_col = np.empty(nb, dtype=np.int32)
-    part_col[fast_ord] = partitions[part_of]
-    if exact:
+    part_col[fast_ord] = partitions[g.part_of]
+    if ex_batches:
         comp_code = {"none": 0}
-        comp[ex_ord] = [comp_code.setdefault(b.compression, len(comp_code)) for b in ex_batches]
-        comp_names = list(comp_code)
-        source[ex_ord] = [file_code[b.source] for b in ex_batches]
-        part_col[ex_ord] = [b.offsets_partition for b in ex_batches]
-    batch_cols = {
+        b.comp[ex_ord] = [comp_code.setdefault(x.compression, len(comp_code)) for x in ex_batches]
+        b.comp_names = list(comp_code)
+        b.source[ex_ord] = [file_code[x.source] for x in ex_batches]
+        part_col[ex_ord] = [x.offsets_partition for x in ex_batches]
+    attrs, nfast = hdr["attrs"], fast_ord.size
+    b.cols = {
         "offsets_partition": part_col,
         "producer_id": per_batch(hdr["pid"], "producer_id", np.int64),
         "producer_epoch": per_batch(hdr["epoch"], "producer_epoch", np.int16),
-        "is_transactional": per_batch((attrs & ATTR_TRANSACTIONAL) != 0, "is_transactional", np.bool_),
-        "is_control": per_batch(np.zeros(fast_ord.size, bool), "is_control", np.bool_),
-        "partition_leader_epoch": per_batch(
-            hdr["leader_epoch"], "partition_leader_epoch", np.int32
-        ),
-        "magic": per_batch(np.full(fast_ord.size, 2, np.int8), "magic", np.int8),
-        "batch_base_offset": per_batch(base, "base_offset", np.int64),
-        "crc_valid": per_batch(np.ones(fast_ord.size, bool), "crc_valid", np.bool_),
-        "source_position": per_batch(fpos, "position", np.int64),
-        "timestamp_type": per_batch((attrs & ATTR_TIMESTAMP_TYPE) != 0, "timestamp_type", np.int8),
+        "is_transactional": per_batch((attrs & ATTR_TRANSACTIONAL) != 0, "is_transactional",
+                                      np.bool_),
+        "is_control": per_batch(np.zeros(nfast, bool), "is_control", np.bool_),
+        "partition_leader_epoch": per_batch(hdr["leader_epoch"], "partition_leader_epoch",
+                                            np.int32),
+        "magic": per_batch(np.full(nfast, 2, np.int8), "magic", np.int8),
+        "batch_base_offset": per_batch(hdr["base"], "base_offset", np.int64),
+        "crc_valid": per_batch(np.ones(nfast, bool), "crc_valid", np.bool_),
+        "source_position": per_batch(g.fpos, "position", np.int64),
+        "timestamp_type": per_batch((attrs & ATTR_TIMESTAMP_TYPE) != 0, "timestamp_type",
+                                    np.int8),
     }
-    row_batch = np.repeat(np.arange(nb, dtype=np.int64), counts)
-    row_start = ends - counts
 
-    # ---- record-level columns: vector rows scattered to their row, exact rows likewise
+
+@dataclass(slots=True)
+class _Rows:
+    """Record-level columns of a group: offsets and timestamps of every row, key/value byte
+    ranges in the group buffer of the vector rows (``fast_rows``), the exact rows' keys,
+    values and control types."""
+
+    offset: np.ndarray
+    timestamp: np.ndarray
+    fast_rows: np.ndarray
+    key_start: np.ndarray
+    key_len: np.ndarray
+    value_start: np.ndarray
+    value_len: np.ndarray
+    control: np.ndarray
+    control_names: list[str] = field(default_factory=list)
+    keys_extra: list[bytes | None] = field(default_factory=list)
+    values_extra: list[bytes | None] = field(default_factory=list)
+
+
+def _vector_rows(g: _Group, row_start: np.ndarray, nrows: int) -> _Rows:
+    """The vector path's records scattered to their rows (exact rows left for _exact_rows)."""
     offset = np.empty(nrows, dtype=np.int64)
     timestamp = np.empty(nrows, dtype=np.int64)
-    if rounds.batch:
-        cand = np.concatenate(rounds.batch)
-        keep = ok[cand]
-        cand = cand[keep]
-
-        def cat(chunks: list[np.ndarray]) -> np.ndarray:
-            return np.concatenate(chunks)[keep]
-
-        rows = row_start[fast_ord[cand]] + cat(rounds.k)
-        offset[rows] = base[cand] + cat(rounds.off_delta)
-        timestamp[rows] = np.where(
-            attrs[cand] & ATTR_TIMESTAMP_TYPE, max_ts[cand], base_ts[cand] + cat(rounds.ts_delta)
-        )
-        if exact or len(rounds.batch) > 1:  # rounds are interleaved: scatter to row order
-            is_fast = np.zeros(nrows, dtype=bool)
-            is_fast[rows] = True
-            fast_rows = np.flatnonzero(is_fast)
-
-            def in_row_order(chunks: list[np.ndarray]) -> np.ndarray:
-                col = np.empty(nrows, dtype=np.int64)
-                col[rows] = cat(chunks)
-                return col[fast_rows]
-        else:  # one round, no exact batches: already in row order
-            fast_rows = rows
-
-            def in_row_order(chunks: list[np.ndarray]) -> np.ndarray:
-                return cat(chunks)
-
-        key_start, key_len = in_row_order(rounds.key_start), in_row_order(rounds.key_len)
-        value_start = in_row_order(rounds.value_start)
-        value_len = in_row_order(rounds.value_len)
-    else:
-        fast_rows = np.zeros(0, dtype=np.int64)
-        key_start = key_len = value_start = value_len = fast_rows
     control = np.full(nrows, -1, dtype=np.int32)
-    control_names: list[str] = []
-    keys_extra: list[bytes | None] = []
-    values_extra: list[bytes | None] = []
-    if exact:
-        ex_counts = np.array([len(r) for _, _, r in exact], dtype=np.int64)
-        ex_rows = np.repeat(row_start[ex_ord] - (np.cumsum(ex_counts) - ex_counts), ex_counts)
-        ex_rows += np.arange(ex_rows.size, dtype=np.int64)
-        recs = [r for _, _, rs in exact for r in rs]
-        offset[ex_rows] = [r[0] for r in recs]
-        # negative = no timestamp (null), whatever its magnitude, as batches_to_arrow has it
-        timestamp[ex_rows] = [r[1] if r[1] >= 0 else -1 for r in recs]
-        keys_extra = [r[3] for r in recs]
-        values_extra = [r[4] for r in recs]
-        codes: dict[str, int] = {}
-        for row, r in zip(ex_rows.tolist(), recs, strict=True):
-            if r[6] is not None:
-                control[row] = codes.setdefault(r[6], len(codes))
-        control_names = list(codes)
+    rounds, hdr = g.rounds, g.hdr
+    if not rounds.batch:
+        none = np.zeros(0, dtype=np.int64)
+        return _Rows(offset, timestamp, none, none, none, none, none, control)
+    cand = np.concatenate(rounds.batch)
+    keep = g.ok[cand]
+    cand = cand[keep]
 
-    if index_only:  # no bytes, no strings per row: a fraction of the work
-        ordinals = np.array([next(p.file.ordinal for p in parts if p.file.path == name)
-                             for name in file_names], dtype=np.int32)
-        index = {
-            "offset": numpy_to_arrow(offset),
-            "producer_id": numpy_to_arrow(batch_cols["producer_id"][row_batch]),
-            "is_transactional": numpy_to_arrow(batch_cols["is_transactional"][row_batch]),
-            "is_control": numpy_to_arrow(batch_cols["is_control"][row_batch]),
-            "control_type": _strings(control_names, control) if control_names
-            else pa.nulls(nrows, pa.string()),
-            "source_file": numpy_to_arrow(ordinals[source][row_batch]),
-            "source_position": numpy_to_arrow(batch_cols["source_position"][row_batch]),
-        }
-        return pa.RecordBatch.from_arrays([index[f.name] for f in INDEX_ARROW_SCHEMA],
-                                          schema=INDEX_ARROW_SCHEMA), ends
+    def cat(chunks: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(chunks)[keep]
+
+    rows = row_start[g.fast_ord[cand]] + cat(rounds.k)
+    offset[rows] = hdr["base"][cand] + cat(rounds.off_delta)
+    timestamp[rows] = np.where(
+        hdr["attrs"][cand] & ATTR_TIMESTAMP_TYPE,
+        hdr["max_ts"][cand],
+        hdr["base_ts"][cand] + cat(rounds.ts_delta),
+    )
+    if g.exact or len(rounds.batch) > 1:  # rounds are interleaved: scatter to row order
+        is_fast = np.zeros(nrows, dtype=bool)
+        is_fast[rows] = True
+        fast_rows = np.flatnonzero(is_fast)
+
+        def in_row_order(chunks: list[np.ndarray]) -> np.ndarray:
+            col = np.empty(nrows, dtype=np.int64)
+            col[rows] = cat(chunks)
+            return col[fast_rows]
+    else:  # one round, no exact batches: already in row order
+        fast_rows = rows
+
+        def in_row_order(chunks: list[np.ndarray]) -> np.ndarray:
+            return cat(chunks)
+
+    return _Rows(offset, timestamp, fast_rows,
+                 in_row_order(rounds.key_start), in_row_order(rounds.key_len),
+                 in_row_order(rounds.value_start), in_row_order(rounds.value_len), control)
+
+
+def _exact_rows(g: _Group, b: _Batches, row_start: np.ndarray, r: _Rows) -> None:
+    """The exact batches' records into their rows of ``r``."""
+    if not g.exact:
+        return
+    ex_counts = np.array([len(recs) for _, _, recs in g.exact], dtype=np.int64)
+    ex_rows = np.repeat(row_start[b.ex_ord] - (np.cumsum(ex_counts) - ex_counts), ex_counts)
+    ex_rows += np.arange(ex_rows.size, dtype=np.int64)
+    recs = [rec for _, _, rs in g.exact for rec in rs]
+    r.offset[ex_rows] = [rec[0] for rec in recs]
+    # negative = no timestamp (null), whatever its magnitude, as batches_to_arrow has it
+    r.timestamp[ex_rows] = [rec[1] if rec[1] >= 0 else -1 for rec in recs]
+    r.keys_extra = [rec[3] for rec in recs]
+    r.values_extra = [rec[4] for rec in recs]
+    codes: dict[str, int] = {}
+    for row, rec in zip(ex_rows.tolist(), recs, strict=True):
+        if rec[6] is not None:
+            r.control[row] = codes.setdefault(rec[6], len(codes))
+    r.control_names = list(codes)
+
+
+def _control_types(r: _Rows) -> pa.Array:
+    if r.control_names:
+        return _strings(r.control_names, r.control)
+    return pa.nulls(r.offset.size, pa.string())
+
+
+def _index_batch(g: _Group, b: _Batches, r: _Rows, row_batch: np.ndarray) -> pa.RecordBatch:
+    """INDEX_ARROW_SCHEMA rows: no bytes, no strings per row (a fraction of the work)."""
+    ordinals = np.array([next(p.file.ordinal for p in g.parts if p.file.path == name)
+                         for name in b.file_names], dtype=np.int32)
+    index = {
+        "offset": numpy_to_arrow(r.offset),
+        "producer_id": numpy_to_arrow(b.cols["producer_id"][row_batch]),
+        "is_transactional": numpy_to_arrow(b.cols["is_transactional"][row_batch]),
+        "is_control": numpy_to_arrow(b.cols["is_control"][row_batch]),
+        "control_type": _control_types(r),
+        "source_file": numpy_to_arrow(ordinals[b.source][row_batch]),
+        "source_position": numpy_to_arrow(b.cols["source_position"][row_batch]),
+    }
+    return pa.RecordBatch.from_arrays([index[f.name] for f in INDEX_ARROW_SCHEMA],
+                                      schema=INDEX_ARROW_SCHEMA)
+
+
+def _raw_batch(
+    g: _Group, b: _Batches, r: _Rows, row_batch: np.ndarray, cluster_id: str | None
+) -> pa.RecordBatch:
+    """RAW_ARROW_SCHEMA rows; every column is built with its schema type (from_arrays
+    rejects any mismatch)."""
+    nrows = r.offset.size
     cols: dict[str, pa.Array] = {
         "cluster_id": pa.nulls(nrows, pa.string())
         if cluster_id is None
         else _strings([cluster_id], np.zeros(nrows, dtype=np.int32)),
-        "offset": numpy_to_arrow(offset),
-        "timestamp": numpy_to_arrow(timestamp, timestamp < 0).view(_TS_TYPE),
-        "key": _binary(buf, key_start, key_len, keys_extra, fast_rows),
-        "value": _binary(buf, value_start, value_len, values_extra, fast_rows),
-        "control_type": _strings(control_names, control)
-        if control_names
-        else pa.nulls(nrows, pa.string()),
-        "compression": _strings(comp_names, comp[row_batch]),
-        "source": _strings(file_names, source[row_batch]),
+        "offset": numpy_to_arrow(r.offset),
+        "timestamp": numpy_to_arrow(r.timestamp, r.timestamp < 0).view(_TS_TYPE),
+        "key": _binary(g.buf, r.key_start, r.key_len, r.keys_extra, r.fast_rows),
+        "value": _binary(g.buf, r.value_start, r.value_len, r.values_extra, r.fast_rows),
+        "control_type": _control_types(r),
+        "compression": _strings(b.comp_names, b.comp[row_batch]),
+        "source": _strings(b.file_names, b.source[row_batch]),
     }
-    for name, values in batch_cols.items():
+    for name, values in b.cols.items():
         cols[name] = numpy_to_arrow(values[row_batch])
-    # every column is built with its schema type; from_arrays rejects any mismatch
     arrays = [cols[f.name] for f in RAW_ARROW_SCHEMA]
-    return pa.RecordBatch.from_arrays(arrays, schema=RAW_ARROW_SCHEMA), ends
+    return pa.RecordBatch.from_arrays(arrays, schema=RAW_ARROW_SCHEMA)
+
+
+def _build(
+    parts: Sequence[_Part], cluster_id: str | None, problems: list[Problem] | None,
+    index_only: bool = False,
+) -> tuple[pa.RecordBatch | None, np.ndarray]:
+    """Decode a group of walked parts: (rows as RAW_ARROW_SCHEMA, or INDEX_ARROW_SCHEMA when
+    ``index_only``, or None if none; cumulative row count at the end of every batch in log
+    order)."""
+    g = _layout(parts)
+    _vector_pass(g)
+    _decode_declined(g, problems)
+    b = _row_counts(g)
+    nrows = int(b.ends[-1]) if g.nb else 0
+    if nrows == 0:
+        return None, b.ends
+    _batch_columns(g, b)
+    row_batch = np.repeat(np.arange(g.nb, dtype=np.int64), b.counts)
+    row_start = b.ends - b.counts
+    r = _vector_rows(g, row_start, nrows)
+    _exact_rows(g, b, row_start, r)
+    if index_only:
+        return _index_batch(g, b, r, row_batch), b.ends
+    return _raw_batch(g, b, r, row_batch, cluster_id), b.ends
 
 
 # --------------------------------------------------------------------------------------------
@@ -803,4 +905,19 @@ def read_file_arrow(
         rows_per_batch=rows_per_batch,
         offsets_partition=offsets_partition,
         problems=problems,
+    )
+
+
+def read_arrow(
+    *paths: str | os.PathLike[str],
+    cluster_id: str | None = None,
+    rows_per_batch: int = 65536,
+    problems: list[Problem] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Every record under ``paths`` (data and control, no folding) as RAW_ARROW_SCHEMA batches,
+    in :func:`~pipelines.sources.segments.files.find_segments` order: the same rows, chunk
+    boundaries and Problems as ``batches_to_arrow(iter_batches(*paths, problems=...))``."""
+    segs = (seg for plog in find_segments(*paths) for seg in plog.segments)
+    yield from read_segments_arrow(
+        segs, cluster_id=cluster_id, rows_per_batch=rows_per_batch, problems=problems
     )
