@@ -47,7 +47,7 @@ def generations_section(lake: Path, group: str | None, last: datetime | None) ->
     rows = _timeline_rows(lake, group)
     if not rows:
         return html_note("No group records (GroupMetadata or KIP-848 records) in the lake" +
-                     (f" for group {esc(group)}." if group else "."))
+                         (f" for group {esc(group)}." if group else "."))
     by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         by_group[r["group_id"]].append(r)
@@ -132,20 +132,20 @@ def _risk_table(lake: Path, group: str | None) -> str:
         counts[r["group_id"]].append(r)
     summary = html_table(["group", "ownerships ended with no commit", "of which moved to another "
                       "owner", "last"],
-                     [(g, len(rs), sum(1 for r in rs if r["moved"]),
-                       fmt_ts(max(r["valid_to"] for r in rs))) for g, rs in sorted(counts.items())])
+                         [(g, len(rs), sum(1 for r in rs if r["moved"]),
+                           fmt_ts(max(r["valid_to"] for r in rs))) for g, rs in sorted(counts.items())])
     shown = sorted(risk, key=lambda r: r["valid_to"], reverse=True)[:MAX_RISK_ROWS]
     detail = html_table(["group", "generation", "member", "partition", "owned from", "to",
-                     "next owner", "resumed from offset"],
-                    [(r["group_id"], r["generation"], short_member(r["member_id"]),
-                      f"{r['topic']}-{r['partition']}", fmt_ts(r["valid_from"]),
-                      fmt_ts(r["valid_to"]), short_member(r["next_member_id"]) or "—",
-                      r["last_committed_offset"] if r["last_committed_offset"] is not None
-                      else ("none (auto.offset.reset)", "muted"))
-                     for r in shown], classes="compact")
+                         "next owner", "resumed from offset"],
+                        [(r["group_id"], r["generation"], short_member(r["member_id"]),
+                          f"{r['topic']}-{r['partition']}", fmt_ts(r["valid_from"]),
+                          fmt_ts(r["valid_to"]), short_member(r["next_member_id"]) or "—",
+                          r["last_committed_offset"] if r["last_committed_offset"] is not None
+                          else ("none (auto.offset.reset)", "muted"))
+                         for r in shown], classes="compact")
     more = f" Latest {MAX_RISK_ROWS} of {len(risk)} shown." if len(risk) > MAX_RISK_ROWS else ""
     note = html_note("Ownerships that ended with no offset commit since they began: the next owner "
-                 "re-read whatever the previous one had processed. Query: "
-                 "<code>revoked_without_commit</code>." + more)
+                     "re-read whatever the previous one had processed. Query: "
+                     "<code>revoked_without_commit</code>." + more)
     return ("<h3>Partitions revoked without a commit (KIP-70 duplicate-processing risk)</h3>"
             f"{note}{summary}<details><summary>Rows</summary>{detail}</details>")

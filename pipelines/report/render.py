@@ -87,7 +87,7 @@ def html_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], classes: s
 
 def figure_div(fig: go.Figure, div_id: str) -> str:
     fig.update_layout(template="plotly_white", font={"family": "Inter, system-ui, sans-serif",
-                                                      "size": 12},
+                                                     "size": 12},
                       margin={"l": 60, "r": 20, "t": 40, "b": 40},
                       hoverlabel={"namelength": -1})
     return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,

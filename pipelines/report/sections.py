@@ -84,8 +84,8 @@ def summary_section(con: Any, lake: Path, group: str | None) -> tuple[str, dict[
         f'<div class="label">{esc(title)}</div><div class="value">{esc(value)}</div>'
         f'<div class="sub">{esc(sub)}</div></div>' for title, value, sub in cards)
     states = html_table(["group type", "state", "groups", "members"],
-                    [(g["group_type"], g["group_state"], g["n"], g["members"] or 0)
-                     for g in groups]) if groups else ""
+                        [(g["group_type"], g["group_state"], g["n"], g["members"] or 0)
+                         for g in groups]) if groups else ""
     counts = lake_counts(lake)
     tables = html_table(["table", "rows"], sorted(counts.items())) if counts else ""
     scope = (f"Group <b>{esc(group)}</b> only." if group else "All groups.")
@@ -122,7 +122,7 @@ def offsets_section(con: Any, group: str | None, first: datetime | None, last: d
                          group=group, limit=MAX_GROUPS)
     if not busiest:
         return html_note("No offset commits in the lake" + (f" for group {esc(group)}." if group
-                                                               else "."))
+                                                            else "."))
     groups = [b["group_id"] for b in busiest]
     n_groups = query_rows(con, """SELECT COUNT(DISTINCT group_id) AS n FROM offset_commits
                              WHERE $group IS NULL OR group_id = $group""", group=group)[0]["n"]
@@ -304,8 +304,8 @@ def lag_section(lake: Path, group: str | None, has_snapshots: bool) -> str:
     catch-up time (labelled as an estimate)."""
     if not has_snapshots:
         return html_note("No snapshot of the cluster yet, so no lag: <code>offsetlake snapshot"
-                     "</code> records log end offsets (and the brokers' answers to reconcile "
-                     "against).")
+                         "</code> records log end offsets (and the brokers' answers to reconcile "
+                         "against).")
     rows = run_duckdb(lake, "lag_by_group", group_id=group).to_pylist()
     if not rows:
         return html_note("No committed offsets to measure lag for.")
@@ -332,27 +332,27 @@ def lag_section(lake: Path, group: str | None, has_snapshots: bool) -> str:
     fig.update_xaxes(title_text="records behind", tickformat=",", row=1, col=1)
     fig.update_xaxes(title_text="seconds behind", row=1, col=2)
     table = html_table(["group", "type", "state", "partitions", "with end offset", "total lag",
-                    "max lag", "time lag", "with time lag", "catch-up (estimate)",
-                    "last commit", "snapshot taken"],
-                   [(r["group_id"], r["group_type"] or "—", r["group_state"] or "—",
-                     r["partitions"], r["partitions_with_lag"],
-                     r["total_lag"] if r["total_lag"] is not None else "—",
-                     r["max_lag"] if r["max_lag"] is not None else "—",
-                     fmt_exact_ms(r["max_time_lag_ms"]), r["partitions_with_time_lag"],
-                     (f"~{fmt_ms(round(r['est_catch_up_s'] * 1000))}"
-                      if r["est_catch_up_s"] is not None else "—"),
-                     fmt_ts(r["last_commit_at"]), fmt_ts(r["captured_at"])) for r in rows],
-                   classes="compact")
+                        "max lag", "time lag", "with time lag", "catch-up (estimate)",
+                        "last commit", "snapshot taken"],
+                       [(r["group_id"], r["group_type"] or "—", r["group_state"] or "—",
+                         r["partitions"], r["partitions_with_lag"],
+                         r["total_lag"] if r["total_lag"] is not None else "—",
+                         r["max_lag"] if r["max_lag"] is not None else "—",
+                         fmt_exact_ms(r["max_time_lag_ms"]), r["partitions_with_time_lag"],
+                         (f"~{fmt_ms(round(r['est_catch_up_s'] * 1000))}"
+                          if r["est_catch_up_s"] is not None else "—"),
+                         fmt_ts(r["last_commit_at"]), fmt_ts(r["captured_at"])) for r in rows],
+                       classes="compact")
     note = html_note("Time lag is exact: the snapshot read the timestamp of the record at each "
-                 "committed offset and of the newest record from the log (largest over the "
-                 "group's partitions; shown where the snapshot saw the lake's committed "
-                 "offset, see <code>lag_by_partition</code> for why a partition has none). "
-                 "Catch-up is an <em>estimate</em>: lag divided by the group's recent commit "
-                 "rate in the lake's history, ignoring what producers add meanwhile.")
+                     "committed offset and of the newest record from the log (largest over the "
+                     "group's partitions; shown where the snapshot saw the lake's committed "
+                     "offset, see <code>lag_by_partition</code> for why a partition has none). "
+                     "Catch-up is an <em>estimate</em>: lag divided by the group's recent commit "
+                     "rate in the lake's history, ignoring what producers add meanwhile.")
     if not any(r["max_time_lag_ms"] is not None for r in rows):
         note += html_note("This snapshot has no time lag (a recorded capture, or taken before "
-                      "offsetlake read record timestamps): run <code>offsetlake snapshot"
-                      "</code> against the cluster.")
+                          "offsetlake read record timestamps): run <code>offsetlake snapshot"
+                          "</code> against the cluster.")
     return (figure_div(fig, "plot-lag") + note
             + f"<details><summary>Table</summary>{table}</details>")
 
@@ -364,7 +364,7 @@ def reconciliation_section(con: Any, group: str | None) -> str:
         GROUP BY 1, 2 ORDER BY run_at DESC, reconcile_id DESC LIMIT 1""")
     if not latest:
         return html_note("No reconciliation yet: <code>offsetlake reconcile</code> compares the "
-                     "lake with the latest snapshot and runs the quality gate.")
+                         "lake with the latest snapshot and runs the quality gate.")
     run = latest[0]
     rows = query_rows(con, """
         SELECT level, group_id, topic, partition, classification, explained,
@@ -373,7 +373,7 @@ def reconciliation_section(con: Any, group: str | None) -> str:
         FROM reconciliation
         WHERE reconcile_id = $rid AND ($group IS NULL OR group_id = $group)
         ORDER BY explained, classification = 'match', level, group_id, topic, partition""",
-                 rid=run["reconcile_id"], group=group)
+                      rid=run["reconcile_id"], group=group)
     counts: dict[tuple[str, bool], int] = defaultdict(int)
     for r in rows:
         counts[(r["classification"], bool(r["explained"]))] += 1
@@ -396,15 +396,15 @@ def reconciliation_section(con: Any, group: str | None) -> str:
                "differences (findings).</p>")
     shown = rows[:MAX_RECONCILIATION_ROWS]
     table = html_table(["level", "group", "partition", "class", "lake offset", "broker offset",
-                    "lake state", "broker state", "detail"],
-                   [(r["level"], r["group_id"],
-                     f"{r['topic']}-{r['partition']}" if r["topic"] is not None else "—",
-                     (r["classification"], "ok" if r["explained"] else "bad"),
-                     r["lake_committed_offset"] if r["lake_committed_offset"] is not None
-                     else "—",
-                     r["broker_committed_offset"] if r["broker_committed_offset"] is not None
-                     else "—", r["lake_group_state"] or "—", r["broker_group_state"] or "—",
-                     r["detail"] or "") for r in shown], classes="compact")
+                        "lake state", "broker state", "detail"],
+                       [(r["level"], r["group_id"],
+                         f"{r['topic']}-{r['partition']}" if r["topic"] is not None else "—",
+                         (r["classification"], "ok" if r["explained"] else "bad"),
+                         r["lake_committed_offset"] if r["lake_committed_offset"] is not None
+                         else "—",
+                         r["broker_committed_offset"] if r["broker_committed_offset"] is not None
+                         else "—", r["lake_group_state"] or "—", r["broker_group_state"] or "—",
+                         r["detail"] or "") for r in shown], classes="compact")
     more = (html_note(f"First {MAX_RECONCILIATION_ROWS} of {len(rows):,} rows, findings first.")
             if len(rows) > MAX_RECONCILIATION_ROWS else "")
     head = (f"<p>Run <code>{esc(run['reconcile_id'])}</code> at {fmt_ts(run['run_at'])} against "

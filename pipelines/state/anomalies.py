@@ -191,8 +191,8 @@ def _after_deletion(commits: pa.Table, events: list[tuple[str, str, Any]], curso
                         ["cluster_id", "offsets_partition", "offset"]))
                     what.update(attribution=who[0].as_py(), member_id=member[0].as_py())
                     out.append(anomaly_row("commit_after_group_deleted", what, now, "ingest",
-                                        reason=KINDS["commit_after_group_deleted"][1]
-                                        + f" (tombstone at offset {st['deleted_at']})"))
+                                           reason=KINDS["commit_after_group_deleted"][1]
+                                           + f" (tombstone at offset {st['deleted_at']})"))
                     st["deleted_at"] = None
     for (cluster_id, group_id), st in sorted(state.items()):
         old = before.get((cluster_id, group_id))
@@ -236,7 +236,7 @@ def _log_bounds(engine: DeltaEngine, clusters: set[str]) -> pa.Table | None:
 
 
 def bound_checks(c: dict[str, Any], snaps: list[dict[str, Any]], now: datetime, source: str,
-                  ts: datetime | None) -> list[dict[str, Any]]:
+                 ts: datetime | None) -> list[dict[str, Any]]:
     """``snaps``: this partition's snapshot rows sorted by captured_at. Past the end is
     certain against a snapshot taken at/after the commit (the log end only grows); below
     the start against one taken at/before it (the log start only grows)."""
@@ -246,14 +246,14 @@ def bound_checks(c: dict[str, Any], snaps: list[dict[str, Any]], now: datetime, 
     if after and after[0]["log_end_offset"] is not None and c["committed_offset"] > after[0]["log_end_offset"]:
         s = after[0]
         out.append(anomaly_row("past_log_end", c, now, source, log_end_offset=s["log_end_offset"],
-                            log_start_offset=s.get("log_start_offset"), snapshot_id=s["snapshot_id"],
-                            snapshot_captured_at=s["captured_at"]))
+                               log_start_offset=s.get("log_start_offset"), snapshot_id=s["snapshot_id"],
+                               snapshot_captured_at=s["captured_at"]))
     if before and before[-1].get("log_start_offset") is not None \
             and c["committed_offset"] < before[-1]["log_start_offset"]:
         s = before[-1]
         out.append(anomaly_row("below_log_start", c, now, source, log_end_offset=s["log_end_offset"],
-                            log_start_offset=s["log_start_offset"], snapshot_id=s["snapshot_id"],
-                            snapshot_captured_at=s["captured_at"]))
+                               log_start_offset=s["log_start_offset"], snapshot_id=s["snapshot_id"],
+                               snapshot_captured_at=s["captured_at"]))
     return out
 
 

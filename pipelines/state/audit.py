@@ -223,7 +223,7 @@ def _names_learned(engine: DeltaEngine, clusters: set[str], now: datetime) -> bo
         return False
     table = engine.read(topics.TABLE, ["updated_at"], KeyFilter.of(("cluster_id",), {(c,) for c in clusters}))
     return bool(table.num_rows) and pc.any(pc.equal(table.column("updated_at"),
-                                                   pa.scalar(now, TS))).as_py() is True
+                                                    pa.scalar(now, TS))).as_py() is True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,8 +261,8 @@ def snapshot_anomalies(engine: DeltaEngine, cluster_id: str, snapshot_id: str,
         s = mine[-1]
         if s.get("log_start_offset") is not None and c["committed_offset"] < s["log_start_offset"]:
             out.append(anomaly_row("below_log_start", c, now, "snapshot", log_end_offset=s["log_end_offset"],
-                                log_start_offset=s["log_start_offset"], snapshot_id=s["snapshot_id"],
-                                snapshot_captured_at=s["captured_at"]))
+                                   log_start_offset=s["log_start_offset"], snapshot_id=s["snapshot_id"],
+                                   snapshot_captured_at=s["captured_at"]))
     if not out:
         return 0
     ensure_tables(engine)
