@@ -27,8 +27,20 @@ from pipelines.demo import DemoManifest, generate_cluster
 from pipelines.ingest import ingest_segments_local
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaRsEngine
-from pipelines.queries import _tokens, literal, load, names, render, run_duckdb, run_spark
-from pipelines.reconcile.cluster import ClusterSnapshot, LogEndOffsetRow, snapshot_from_recorded
+from pipelines.queries import (
+    Param,
+    Query,
+    bound_sql,
+    load,
+    names,
+    parameters,
+    run_bound_duckdb,
+    run_bound_spark,
+    run_duckdb,
+    run_spark,
+)
+from pipelines.reconcile.cluster.recorded import snapshot_from_recorded
+from pipelines.reconcile.cluster.rows import ClusterSnapshot, LogEndOffsetRow
 from pipelines.reconcile.snapshot import store_snapshot
 
 CLUSTER = "demo"
@@ -165,43 +177,56 @@ def test_docs_show_every_query_as_it_is() -> None:
 
 def test_parameters_are_checked_and_only_replaced_in_code() -> None:
     with pytest.raises(TypeError, match="needs parameter"):
-        render("offsets_as_of", "duckdb")
+        parameters(load("offsets_as_of"))
     with pytest.raises(TypeError, match="no parameter"):
-        render("offsets_as_of", "duckdb", as_of=0, grop_id="x")
+        parameters(load("offsets_as_of"), as_of=0, grop_id="x")
     with pytest.raises(TypeError):
-        render("offsets_as_of", "duckdb", as_of=0, partition="3")
+        parameters(load("offsets_as_of"), as_of=0, partition="3")
     with pytest.raises(TypeError):
-        render("stalled_groups", "duckdb", include_deleted="yes")
+        parameters(load("stalled_groups"), include_deleted="yes")
+    with pytest.raises(TypeError, match="needs parameter"):
+        run_duckdb(REPO / "no-such-lake", "offsets_as_of")
     sql = "SELECT ':x' AS s, a::INT -- :x\n, :x /* :x */ FROM t WHERE b = :x"
-    kinds = [(k, t) for k, t in _tokens(sql) if k == "param"]
-    assert kinds == [("param", "x"), ("param", "x")]
+    assert bound_sql(sql, "duckdb") == \
+        "SELECT ':x' AS s, a::INT -- :x\n, $x /* :x */ FROM t WHERE b = $x"
+    assert bound_sql(sql, "spark") == sql
 
 
-def test_literals_round_trip_in_duckdb() -> None:
+# Values the old hand-rendered literals had to escape, bound by each engine instead. The
+# query declares the types, as a pipelines/queries/*.sql header does.
+_BIND_TYPES = {"s": "string", "t": "timestamp", "n": "string", "nt": "timestamp", "d": "double",
+               "i": "int", "b": "boolean"}
+BIND = Query("bind", REPO / "bind.sql", "bound values",
+             {k: Param(k, v, False, None, "") for k, v in _BIND_TYPES.items()}, (),
+             "SELECT " + ", ".join(f":{k} AS {k}" for k in _BIND_TYPES))
+TRICKY = "it's a \\'group\\' -- with ; quotes \\n :s $s \u00e9\u00df\u6f22 \U0001f600 ''"
+INSTANT = datetime(2026, 1, 1, 0, 0, 12, 31000, tzinfo=timezone.utc)
+SAME_INSTANT = [INSTANT, INSTANT.astimezone(timezone(timedelta(hours=-5))), INSTANT.replace(tzinfo=None),
+                "2026-01-01T00:00:12.031Z", "2026-01-01 02:00:12.031+02:00", 1767225612031]
+BOUND_ROW = {"s": TRICKY, "t": INSTANT, "n": None, "nt": None, "d": 2.5, "i": 2**40, "b": True}
+
+
+def test_values_are_bound_by_duckdb_whatever_its_time_zone() -> None:
     import duckdb
 
-    tricky = "it's a \\'group\\' -- with ; quotes"
     con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    want = datetime(2026, 1, 1, 0, 0, 12, 31000, tzinfo=timezone.utc)
-    same_instant = [want, want.astimezone(timezone(timedelta(hours=-5))), want.replace(tzinfo=None),
-                    "2026-01-01T00:00:12.031Z", "2026-01-01 02:00:12.031+02:00", 1767225612031]
-    exprs = [literal(tricky, "string", "duckdb"), literal(None, "timestamp", "duckdb")]
-    exprs += [literal(v, "timestamp", "duckdb") for v in same_instant]
-    got = con.execute("SELECT " + ", ".join(exprs)).fetchone()
-    assert got[0] == tricky and got[1] is None
-    assert all(v == want for v in got[2:])
+    con.execute("SET TimeZone = 'America/New_York'")  # results must not depend on it
+    for when in SAME_INSTANT:
+        got = _rows(run_bound_duckdb(con, BIND, s=TRICKY, t=when, d=2.5, i=2**40, b=True))
+        assert got == [BOUND_ROW], when
 
 
 @pytest.mark.spark
-def test_literals_round_trip_in_spark(spark) -> None:
-    tricky = "it's a \\'group\\' -- with ; quotes \\n"
-    want = datetime(2026, 1, 1, 0, 0, 12, 31000, tzinfo=timezone.utc)
-    exprs = [literal(tricky, "string", "spark"), literal(want, "timestamp", "spark"),
-             literal(None, "string", "spark"), literal(2.5, "double", "spark")]
-    row = spark.sql("SELECT " + ", ".join(f"{e} AS c{i}" for i, e in enumerate(exprs))).toArrow()
-    got = _rows(row)[0]
-    assert got == {"c0": tricky, "c1": want, "c2": None, "c3": 2.5}
+def test_values_are_bound_by_spark_whatever_its_time_zone(spark) -> None:
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")  # must not matter
+    try:
+        frames = [run_bound_spark(spark, BIND, s=TRICKY, t=when, d=2.5, i=2**40, b=True)
+                  for when in SAME_INSTANT]
+        got = [_rows(df.toArrow()) for df in frames]
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+    assert got == [[BOUND_ROW]] * len(SAME_INSTANT)
 
 
 # ------------------------------------------------------------------------- both engines

@@ -29,9 +29,8 @@ from deltalake import DeltaTable
 from pipelines.cli import main
 from pipelines.demo import DemoManifest, generate_cluster
 from pipelines.ingest import ingest_segments_local
-from pipelines.queries import run_duckdb
+from pipelines.queries import bound_sql, run_duckdb
 from pipelines.queries.state_as_of import (
-    bound_sql,
     state_as_of_duckdb,
     state_as_of_frames,
     state_as_of_spark,

@@ -32,11 +32,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_state(args: argparse.Namespace) -> int:
     """Committed offsets and group states as the coordinator held them at ``--as-of``."""
-    from pipelines.queries import _utc
+    from pipelines.queries import utc_instant
     from pipelines.state.as_of import state_lines, state_tables
 
     try:
-        as_of = _utc(int(args.as_of) if args.as_of.strip().lstrip("-").isdigit() else args.as_of)
+        as_of = utc_instant(int(args.as_of) if args.as_of.strip().lstrip("-").isdigit() else args.as_of)
     except (TypeError, ValueError):
         raise UserError(f"--as-of {args.as_of!r} is not a timestamp: give ISO 8601 (UTC unless "
                         "it has an offset), e.g. 2026-11-22T12:53:07.5Z, or epoch milliseconds") from None

@@ -12,9 +12,12 @@ Parameters are written ``:name`` in the SQL and declared in the file's header, o
     --   :name  type  default  description
 
 with type ``string``, ``int``, ``double``, ``boolean`` or ``timestamp`` and default
-``required``, ``null`` or a literal. The runner substitutes each value as a *typed literal*
-of the target dialect (quotes escaped per dialect, timestamps as explicit UTC instants,
-numbers validated), never as raw text, so a value cannot change the statement.
+``required``, ``null`` or a literal. The engines bind the values themselves, never as SQL
+text: Spark through ``spark.sql(sql, args=...)`` (its named markers are the same ``:name``),
+DuckDB through ``$name`` markers and a parameter dict. Each declared marker is wrapped in a
+``CAST`` to its type (a NULL stays typed), values are checked against the declared types and
+timestamps are bound as aware UTC instants, so no session setting (time zone, string escapes)
+changes what a value means and no value can change the statement.
 
 Tables are read as the Delta tables' *current* files through delta-rs (no delta-spark jars or
 DuckDB ``delta_scan`` needed): DuckDB gets lazy Arrow datasets, Spark gets
@@ -22,7 +25,8 @@ DuckDB ``delta_scan`` needed): DuckDB gets lazy Arrow datasets, Spark gets
 does not exist yet reads as empty, so a query over a lake without snapshots still runs.
 
 Public API: :func:`run_duckdb`, :func:`run_spark`, :func:`load`, :func:`names`,
-:func:`render`, :func:`duckdb_connection`, :func:`register_spark_views`, :func:`arrow_source`.
+:func:`bound_sql`, :func:`parameters`, :func:`run_bound_duckdb`, :func:`run_bound_spark`,
+:func:`duckdb_connection`, :func:`register_spark_views`, :func:`arrow_source`.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 QUERIES_DIR = Path(__file__).resolve().parent
+# Views the queries share (one definition of a rule several queries need), registered by the
+# runner next to the lake tables; never queries themselves.
+VIEWS_DIR = QUERIES_DIR / "views"
 Dialect = Literal["duckdb", "spark"]
 PARAM_TYPES = ("string", "int", "double", "boolean", "timestamp")
 
@@ -84,6 +91,8 @@ class Query:
     params: dict[str, Param]
     tables: tuple[str, ...]
     sql: str
+    #: the shared views (``views/*.sql``) the query reads; their tables are in ``tables``
+    views: tuple[str, ...] = ()
 
     def bind(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Declared defaults overlaid with ``values``; rejects unknown and missing names."""
@@ -140,8 +149,9 @@ def _parse(path: Path) -> Query:
         raise ValueError(f"{path.name}: parameters used {sorted(used)} != declared {sorted(params)}")
     code = " ".join(tok for kind, tok in _tokens(text) if kind == "code")
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", code))
-    tables = tuple(sorted(words & set(contracts())))
-    return Query(path.stem, path, title, params, tables, text)
+    views = tuple(sorted(words & set(view_names())))
+    tables = set(words & set(contracts())).union(*(load_view(v).tables for v in views))
+    return Query(path.stem, path, title, params, tuple(sorted(tables)), text, views)
 
 
 @cache
@@ -158,7 +168,24 @@ def names() -> list[str]:
     return sorted(p.stem for p in QUERIES_DIR.glob("*.sql"))
 
 
-# ----------------------------------------------------------------------------- rendering
+@cache
+def load_view(name: str) -> Query:
+    """The shared view ``pipelines/queries/views/<name>.sql`` (no parameters)."""
+    path = VIEWS_DIR / f"{name}.sql"
+    if not path.is_file():
+        raise KeyError(f"no view {name!r}; available: {', '.join(view_names())}")
+    view = _parse(path)
+    if view.params:
+        raise ValueError(f"{path.name}: a shared view takes no parameters")
+    return view
+
+
+def view_names() -> list[str]:
+    """Every shared view name (the ``views/*.sql`` files)."""
+    return sorted(p.stem for p in VIEWS_DIR.glob("*.sql"))
+
+
+# ----------------------------------------------------------------------------- binding
 
 
 def _tokens(sql: str) -> Iterator[tuple[str, str]]:
@@ -206,7 +233,7 @@ def _tokens(sql: str) -> Iterator[tuple[str, str]]:
         yield "code", sql[start:]
 
 
-def _utc(value: Any) -> datetime:
+def utc_instant(value: Any) -> datetime:
     """A timestamp parameter as an aware UTC datetime. Naive datetimes and ISO strings
     without an offset are taken as UTC; ints/floats are Unix epoch milliseconds (Kafka's)."""
     if isinstance(value, datetime):
@@ -223,59 +250,71 @@ def _utc(value: Any) -> datetime:
     return (dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
 
 
-def literal(value: Any, type_: str, dialect: Dialect) -> str:
-    """``value`` as a typed SQL literal of ``dialect`` (NULL as a typed NULL)."""
+def _checked(value: Any, type_: str) -> Any:
+    """``value`` checked against its declared type, as the Python value the engines bind:
+    timestamps become aware UTC instants (so neither engine reads them in a session time
+    zone), numbers are validated; None stays None (a typed NULL through the marker's CAST)."""
     if value is None:
-        return f"CAST(NULL AS {_SQL_TYPES[dialect][type_]})"
+        return None
     if type_ == "string":
         if not isinstance(value, str):
             raise TypeError(f"expected a string, got {value!r}")
-        if "'" not in value and "\\" not in value:
-            return f"'{value}'"
-        if dialect == "duckdb":  # standard strings: no backslash escapes, quotes doubled
-            return "'" + value.replace("'", "''") + "'"
-        # Spark's string escapes depend on spark.sql.parser.escapedStringLiterals; hex is
-        # immune to both modes (and constant-folded, so filters still push down).
-        return f"decode(unhex('{value.encode().hex()}'), 'UTF-8')"
+        return value
     if type_ == "int":
         if isinstance(value, bool):
             raise TypeError(f"expected an int, got {value!r}")
-        return f"CAST({operator.index(value)} AS BIGINT)"
+        return operator.index(value)
     if type_ == "double":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"expected a number, got {value!r}")
         number = float(value)
         if not math.isfinite(number):
             raise ValueError(f"expected a finite number, got {value!r}")
-        return f"CAST({number!r} AS DOUBLE)"
+        return number
     if type_ == "boolean":
         if not isinstance(value, bool):
             raise TypeError(f"expected a bool, got {value!r}")
-        return "TRUE" if value else "FALSE"
+        return value
     if type_ == "timestamp":
-        text = _utc(value).strftime("%Y-%m-%d %H:%M:%S.%f") + "+00:00"
-        return f"{'TIMESTAMPTZ' if dialect == 'duckdb' else 'TIMESTAMP'} '{text}'"
+        return utc_instant(value)
     raise ValueError(f"unknown parameter type {type_!r}")
 
 
-def render(name: str | Query, dialect: Dialect, **params: Any) -> str:
-    """The query's SQL for ``dialect`` with every ``:name`` replaced by a typed literal."""
-    query = load(name) if isinstance(name, str) else name
-    values = query.bind(params)
+def bound_sql(sql: str | Query, dialect: Dialect) -> str:
+    """``sql`` (a text with ``:name`` markers, or a loaded query) with the parameter markers
+    ``dialect`` binds natively: ``:name`` for Spark (``spark.sql(sql, args=...)``), ``$name``
+    for DuckDB. A declared parameter of a query becomes ``CAST(<marker> AS <type>)``, so a
+    NULL is typed and a value means the same in both engines. Markers inside literals and
+    comments are left alone."""
+    query = sql if isinstance(sql, Query) else None
+    text = query.sql if query else str(sql)
+    prefix = ":" if dialect == "spark" else "$"
     out = []
-    for kind, tok in _tokens(query.sql):
-        if kind == "param":
-            p = query.params[tok]
-            out.append(literal(values[tok], p.type, dialect))
-        else:
+    for kind, tok in _tokens(text):
+        if kind != "param":
             out.append(tok)
+        elif query is None:
+            out.append(prefix + tok)
+        else:
+            out.append(f"CAST({prefix}{tok} AS {_SQL_TYPES[dialect][query.params[tok].type]})")
     return "".join(out)
+
+
+def parameters(sql: str | Query, **values: Any) -> dict[str, Any]:
+    """The values to bind for ``sql``: for a loaded query its declared defaults overlaid with
+    ``values`` and checked against the declared types (unknown, missing and mistyped values
+    are errors); for a plain text the values of the markers it uses (DuckDB rejects others)."""
+    if isinstance(sql, Query):
+        bound = sql.bind(values)
+        return {name: _checked(bound[name], p.type) for name, p in sql.params.items()}
+    used = {tok for kind, tok in _tokens(sql) if kind == "param"}
+    return {k: v for k, v in values.items() if k in used}
 
 
 # ----------------------------------------------------------------------------- reading Delta
 
 
-def _open(lake: Path | str | LakeLocation, table: str) -> tuple[LakeLocation, Any]:
+def open_table(lake: Path | str | LakeLocation, table: str) -> tuple[LakeLocation, Any]:
     """The table's location and its DeltaTable (None when there is no table yet)."""
     from deltalake import DeltaTable
 
@@ -286,7 +325,7 @@ def _open(lake: Path | str | LakeLocation, table: str) -> tuple[LakeLocation, An
     return where, DeltaTable(where.uri, storage_options=options)
 
 
-def _plain_files(dt: Any) -> list[str] | None:
+def plain_files(dt: Any) -> list[str] | None:
     """The table's current Parquet files when reading them directly is exact: local paths,
     no partition columns (their values live in the log, not the files), no deletion vectors,
     no column mapping. None means: go through delta-rs instead."""
@@ -300,7 +339,7 @@ def _plain_files(dt: Any) -> list[str] | None:
     return list(dt.file_uris())
 
 
-def _is_remote(uri: str) -> bool:
+def is_remote(uri: str) -> bool:
     return bool(re.match(r"^[a-z][a-z0-9+.-]*://", uri)) and not uri.startswith("file://")
 
 
@@ -317,30 +356,34 @@ def arrow_source(lake: Path | str | LakeLocation, table: str) -> pa.Table | pads
     table where direct file reads would be wrong; an empty table with the contract's schema
     when the Delta table does not exist."""
     spec = contract(table)
-    where, dt = _open(lake, table)
+    where, dt = open_table(lake, table)
     if dt is None:
         return spec.arrow_schema.empty_table()
-    files = _plain_files(dt)
+    files = plain_files(dt)
     if files is None:
         return spec.conform(dt.to_pyarrow_table())
     if not files:
         return spec.arrow_schema.empty_table()
     import pyarrow.dataset as pads
 
-    if any(_is_remote(f) for f in files):
+    if any(is_remote(f) for f in files):
         return pads.dataset([where.fs_path(f) for f in files], filesystem=where.filesystem(),
                             schema=_string_view(spec.arrow_schema), format="parquet")
     return pads.dataset(files, schema=_string_view(spec.arrow_schema), format="parquet")
 
 
-def duckdb_connection(lake: Path | str | LakeLocation, tables: Iterable[str]) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection (session time zone UTC) with ``tables`` registered."""
+def duckdb_connection(lake: Path | str | LakeLocation, tables: Iterable[str],
+                      views: Iterable[str] = ()) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection (session time zone UTC) with ``tables`` registered,
+    then the shared ``views`` over them (a query's ``tables`` and ``views``)."""
     import duckdb
 
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     for table in tables:
         con.register(table, arrow_source(lake, table))
+    for view in views:
+        con.execute(f"CREATE VIEW {view} AS {load_view(view).sql}")
     return con
 
 
@@ -353,11 +396,11 @@ def spark_frame(spark: SparkSession, lake: Path | str | LakeLocation, table: str
     (read through delta-rs when the files are on an object store Spark may not reach)."""
     spec = contract(table)
     ddl = _spark_ddl(spec)
-    _, dt = _open(lake, table)
+    _, dt = open_table(lake, table)
     if dt is None:
         return spark.createDataFrame([], ddl)
-    files = _plain_files(dt)
-    if files is None or any(_is_remote(f) for f in files):
+    files = plain_files(dt)
+    if files is None or any(is_remote(f) for f in files):
         data = spec.conform(dt.to_pyarrow_table())
         return spark.createDataFrame(data) if data.num_rows else spark.createDataFrame([], ddl)
     if not files:
@@ -365,22 +408,38 @@ def spark_frame(spark: SparkSession, lake: Path | str | LakeLocation, table: str
     return spark.read.schema(ddl).parquet(*files)
 
 
-def register_spark_views(spark: SparkSession, lake: Path | str | LakeLocation, tables: Iterable[str]) -> None:
-    """Temp views named like the lake tables (replacing same-named temp views)."""
+def register_spark_views(spark: SparkSession, lake: Path | str | LakeLocation, tables: Iterable[str],
+                         views: Iterable[str] = ()) -> None:
+    """Temp views named like the lake tables, then the shared ``views`` over them (a query's
+    ``tables`` and ``views``), replacing same-named temp views."""
     for table in tables:
         spark_frame(spark, lake, table).createOrReplaceTempView(table)
+    for view in views:
+        spark.sql(load_view(view).sql).createOrReplaceTempView(view)
 
 
 # ----------------------------------------------------------------------------- running
 
 
+def run_bound_duckdb(con: duckdb.DuckDBPyConnection, sql: str | Query, **params: Any) -> pa.Table:
+    """Run ``sql`` (``:name`` markers, or a loaded query) on DuckDB connection ``con`` with
+    its parameters bound by DuckDB; the result as Arrow."""
+    return con.sql(bound_sql(sql, "duckdb"), params=parameters(sql, **params)).to_arrow_table()
+
+
+def run_bound_spark(spark: SparkSession, sql: str | Query, **params: Any) -> DataFrame:
+    """Run ``sql`` (``:name`` markers, or a loaded query) on Spark with its parameters bound
+    by Spark (``spark.sql(sql, args=...)``)."""
+    return spark.sql(bound_sql(sql, "spark"), args=parameters(sql, **params))
+
+
 def run_duckdb(lake: Path | str | LakeLocation, name: str, **params: Any) -> pa.Table:
     """Run query ``name`` over ``lake`` in an in-memory DuckDB; the result as Arrow."""
     query = load(name)
-    sql = render(query, "duckdb", **params)
-    con = duckdb_connection(lake, query.tables)
+    args = parameters(query, **params)  # argument errors before any table is opened
+    con = duckdb_connection(lake, query.tables, query.views)
     try:
-        return con.sql(sql).to_arrow_table()
+        return con.sql(bound_sql(query, "duckdb"), params=args).to_arrow_table()
     finally:
         con.close()
 
@@ -388,11 +447,12 @@ def run_duckdb(lake: Path | str | LakeLocation, name: str, **params: Any) -> pa.
 def run_spark(spark: SparkSession, lake: Path | str | LakeLocation, name: str, **params: Any) -> DataFrame:
     """Query ``name`` over ``lake`` as a Spark DataFrame (temp views over current files)."""
     query = load(name)
-    sql = render(query, "spark", **params)
-    register_spark_views(spark, lake, query.tables)
-    return spark.sql(sql)
+    args = parameters(query, **params)  # argument errors before any view is registered
+    register_spark_views(spark, lake, query.tables, query.views)
+    return spark.sql(bound_sql(query, "spark"), args=args)
 
 
-__all__ = ["PARAM_TYPES", "QUERIES_DIR", "Param", "Query", "arrow_source", "duckdb_connection",
-           "literal", "load", "names", "register_spark_views", "render", "run_duckdb",
-           "run_spark", "spark_frame"]
+__all__ = ["PARAM_TYPES", "QUERIES_DIR", "Param", "Query", "arrow_source", "bound_sql",
+           "duckdb_connection", "is_remote", "load", "load_view", "names", "open_table", "parameters",
+           "plain_files", "register_spark_views", "run_bound_duckdb", "run_bound_spark",
+           "run_duckdb", "run_spark", "spark_frame", "utc_instant", "view_names"]

@@ -37,38 +37,15 @@ commits AS (
     FROM offset_commits c
     WHERE NOT c.is_tombstone AND (:cluster_id IS NULL OR c.cluster_id = :cluster_id)
 ),
-markers AS (
-    SELECT r.cluster_id, r.offsets_partition, r.producer_id, r.offset AS log_offset,
-           r.control_type, r.timestamp AS marker_time
-    FROM offsets_raw r
-    WHERE r.is_control AND (:cluster_id IS NULL OR r.cluster_id = :cluster_id)
-),
--- A transactional commit ends with the next marker of its producer in the same partition.
-txn_end AS (
-    SELECT e.cluster_id, e.offsets_partition, e.log_offset, e.is_marker,
-           MIN(CASE WHEN e.is_marker THEN e.log_offset END) OVER (
-               PARTITION BY e.cluster_id, e.offsets_partition, e.producer_id
-               ORDER BY e.log_offset
-               ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS marker_offset
-    FROM (
-        SELECT cluster_id, offsets_partition, producer_id, log_offset, FALSE AS is_marker
-        FROM commits WHERE is_transactional
-        UNION ALL
-        SELECT cluster_id, offsets_partition, producer_id, log_offset, TRUE AS is_marker
-        FROM markers
-    ) e
-),
 effective AS (
     SELECT c.cluster_id, c.group_id,
            CASE WHEN NOT c.is_transactional THEN c.record_time
                 WHEN m.control_type = 'COMMIT' THEN m.marker_time END AS effective_at
     FROM commits c
-    LEFT JOIN txn_end t
-           ON NOT t.is_marker AND t.cluster_id = c.cluster_id
-          AND t.offsets_partition = c.offsets_partition AND t.log_offset = c.log_offset
-    LEFT JOIN markers m
-           ON m.cluster_id = t.cluster_id AND m.offsets_partition = t.offsets_partition
-          AND m.log_offset = t.marker_offset
+    -- transaction_outcomes (queries/views): the marker that ended a transactional commit
+    LEFT JOIN transaction_outcomes m
+           ON m.cluster_id = c.cluster_id AND m.offsets_partition = c.offsets_partition
+          AND m.log_offset = c.log_offset
 ),
 last_commit AS (
     SELECT f.cluster_id, f.group_id, MAX(f.effective_at) AS last_commit_at

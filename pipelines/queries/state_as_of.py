@@ -12,12 +12,11 @@ leaves the engine without changing the answer: of the non-transactional offset r
 key only the newest written by then can win (every later winner is transactional), and of
 a group's records only the newest per (record type, member) and its newest commit matter.
 
-:func:`bound_sql` gives any ``pipelines/queries/*.sql`` in the same natively bound form.
+:func:`pipelines.queries.bound_sql` gives any ``pipelines/queries/*.sql`` in the same form.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +25,11 @@ import pyarrow as pa
 from pipelines.lake.contracts import contract
 from pipelines.lake.location import LakeLocation
 from pipelines.queries import (
-    Dialect,
-    Query,
-    _tokens,
-    _utc,
     duckdb_connection,
     register_spark_views,
+    run_bound_duckdb,
+    run_bound_spark,
+    utc_instant,
 )
 from pipelines.state.as_of import StateAsOf, state_as_of
 
@@ -99,38 +97,12 @@ WHERE :cluster_id IS NULL OR t.cluster_id = :cluster_id
 """
 
 
-def bound_sql(sql: str | Query, dialect: Dialect) -> str:
-    """``sql`` (a text with ``:name`` markers, or a loaded query) with the parameter markers
-    of ``dialect``: ``$name`` for DuckDB, ``:name`` for Spark. Markers inside literals and
-    comments are left alone (same tokenizer as :func:`pipelines.queries.render`)."""
-    text = sql.sql if isinstance(sql, Query) else sql
-    if dialect == "spark":
-        return text
-    return "".join(f"${tok}" if kind == "param" else tok for kind, tok in _tokens(text))
-
-
-def _params(sql: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """The values of the parameters ``sql`` uses (DuckDB rejects unused ones)."""
-    used = {tok for kind, tok in _tokens(sql) if kind == "param"}
-    return {k: v for k, v in values.items() if k in used}
-
-
-def run_bound_duckdb(con: Any, sql: str, **params: Any) -> pa.Table:
-    """Run ``sql`` (``:name`` markers) on DuckDB connection ``con`` with bound parameters."""
-    return con.sql(bound_sql(sql, "duckdb"), params=_params(sql, params)).to_arrow_table()
-
-
-def run_bound_spark(spark: SparkSession, sql: str, **params: Any) -> DataFrame:
-    """Run ``sql`` (``:name`` markers) on Spark with ``spark.sql(sql, args=...)``."""
-    return spark.sql(bound_sql(sql, "spark"), args=_params(sql, params))
-
-
 def _args(as_of: Any, group_id: str | None, cluster_id: str | None) -> dict[str, Any]:
     if group_id is not None and not isinstance(group_id, str):
         raise TypeError(f"group_id must be a string, got {group_id!r}")
     if cluster_id is not None and not isinstance(cluster_id, str):
         raise TypeError(f"cluster_id must be a string, got {cluster_id!r}")
-    return {"as_of": _utc(as_of), "group_id": group_id, "cluster_id": cluster_id}
+    return {"as_of": utc_instant(as_of), "group_id": group_id, "cluster_id": cluster_id}
 
 
 def _fold(args: dict[str, Any], commits: pa.Table, markers: pa.Table, groups: pa.Table,
@@ -190,6 +162,5 @@ def _ddl(schema: pa.Schema) -> str:
     return ", ".join(f"`{f.name}` {from_arrow_type(f.type).simpleString()}" for f in schema)
 
 
-__all__ = ["COMMITS_SQL", "GROUP_RECORDS_SQL", "MARKERS_SQL", "TABLES", "bound_sql",
-           "run_bound_duckdb", "run_bound_spark", "state_as_of_duckdb", "state_as_of_frames",
-           "state_as_of_spark"]
+__all__ = ["COMMITS_SQL", "GROUP_RECORDS_SQL", "MARKERS_SQL", "TABLES", "state_as_of_duckdb",
+           "state_as_of_frames", "state_as_of_spark"]

@@ -28,7 +28,7 @@ import pyarrow.dataset as pads
 from plotly.subplots import make_subplots
 
 from pipelines.lake.location import LakeLocation
-from pipelines.queries import _is_remote, _open, _plain_files
+from pipelines.queries import is_remote, open_table, plain_files
 from pipelines.report.render import (
     MAX_PARTITIONS,
     PALETTE,
@@ -66,17 +66,17 @@ def read_group_rows(lake: str | LakeLocation, table: str, groups: list[str],
     Filtered in memory, not pushed into the scan: the files' statistics are string_view
     here, and pyarrow's pruning has no string/string_view comparison kernel for ``isin``.
     """
-    where, dt = _open(lake, table)
+    where, dt = open_table(lake, table)
     if dt is None:
         return None
     schema = pa.schema(dt.schema().to_arrow())
     wanted = None if columns is None else [c for c in schema.names if c in {"group_id", *columns}]
-    files = _plain_files(dt)
+    files = plain_files(dt)
     if files is None:  # partition columns, deletion vectors: delta-rs reads it whole
         data = dt.to_pyarrow_table(columns=wanted)
     elif not files:
         return schema.empty_table() if wanted is None else schema.empty_table().select(wanted)
-    elif any(_is_remote(f) for f in files):
+    elif any(is_remote(f) for f in files):
         data = pads.dataset([where.fs_path(f) for f in files], filesystem=where.filesystem(),
                             schema=schema, format="parquet").to_table(columns=wanted)
     else:
