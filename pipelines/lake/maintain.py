@@ -128,7 +128,7 @@ def _row_count(dt: Any, from_stats: int | None) -> int:
     return int(dt.to_pyarrow_dataset().count_rows())
 
 
-def _retention_changes(dt: Any, retention_hours: int) -> tuple[dict[str, str], float]:
+def retention_changes(dt: Any, retention_hours: int) -> tuple[dict[str, str], float]:
     """Properties to raise so the table keeps what ``retention_hours`` promises, and the
     retention vacuum must use (the table's own when it is already longer: never lower it)."""
     config = dt.metadata().configuration or {}
@@ -191,7 +191,7 @@ def _maintain_table(table: LakeLocation, name: str, retention_hours: int, dry_ru
                            "files_before": files, "bytes_before": size}
 
     # 1. retention properties first: the checkpoint written below must keep the tombstones
-    changes, effective = _retention_changes(dt, retention_hours)
+    changes, effective = retention_changes(dt, retention_hours)
     out["properties_would_set" if dry_run else "properties_set"] = changes
     if changes and not dry_run:
         dt.alter.set_table_properties(changes, raise_if_not_exists=False)

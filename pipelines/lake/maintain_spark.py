@@ -23,7 +23,7 @@ from pipelines.lake.maintain import (
     DEFAULT_RETENTION_HOURS,
     MIN_RETENTION_HOURS,
     MaintenanceError,
-    _retention_changes,
+    retention_changes,
     table_names,
 )
 
@@ -42,7 +42,7 @@ def _maintain_table(spark, table: LakeLocation, name: str, retention_hours: int,
     from deltalake import DeltaTable
 
     path = spark_uri(table.uri)
-    changes, effective = _retention_changes(DeltaTable(table.uri, storage_options=table.delta_options()),
+    changes, effective = retention_changes(DeltaTable(table.uri, storage_options=table.delta_options()),
                                             retention_hours)
     rows_before = spark.read.format("delta").load(path).count()
     out: dict[str, Any] = {"rows_before": rows_before, "retention_changes": changes,
