@@ -268,10 +268,10 @@ def open_stream(spark, cfg: IngestConfig):
                 .option("cluster_id", cfg.cluster_id)
                 .option("max_records_per_batch", str(cfg.max_records_per_batch)).load())
     if cfg.source == "kafka":
-        from pipelines.sources import kafka_source
+        from pipelines.sources.kafka import spark_source
 
-        kafka_source.register(spark)
-        reader = (spark.readStream.format(kafka_source.NAME).schema(packed)
+        spark_source.register(spark)
+        reader = (spark.readStream.format(spark_source.SOURCE_NAME).schema(packed)
                   .option("bootstrap_servers", cfg.bootstrap_servers)
                   .option("cluster_id", cfg.cluster_id)
                   .option("include_batch_metadata", "true")  # markers + producer ids for the audit
@@ -283,11 +283,11 @@ def open_stream(spark, cfg: IngestConfig):
             reader = reader.option("fail_on_data_loss", "false")
         return reader.load()
     if cfg.source == "spark-kafka":
-        from pipelines.sources import spark_kafka
+        from pipelines.sources.kafka import spark_connector
 
-        return spark_kafka.read_stream(spark, cfg.bootstrap_servers, cfg.cluster_id,
-                                       cfg.max_records_per_batch, cfg.kafka_options,
-                                       allow_data_loss=cfg.allow_data_loss)
+        return spark_connector.read_stream(spark, cfg.bootstrap_servers, cfg.cluster_id,
+                                           cfg.max_records_per_batch, cfg.kafka_options,
+                                           allow_data_loss=cfg.allow_data_loss)
     raise ValueError(f"unknown source {cfg.source!r}; choose one of {', '.join(SOURCES)}")
 
 

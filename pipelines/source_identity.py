@@ -45,7 +45,8 @@ def kafka_identity(cluster_id: str, source_kind: str, bootstrap_servers: str,
                    kafka_options: dict[str, str]) -> SourceIdentity:
     """The Kafka cluster id from a Metadata response (the bootstrap list on brokers too old
     to report one)."""
-    from pipelines.sources.kafka_source import KafkaOffsetsClient, SourceOptions
+    from pipelines.sources.kafka.options import SourceOptions
+    from pipelines.sources.kafka.wire import KafkaOffsetsClient
 
     options = {"bootstrap_servers": bootstrap_servers}
     options.update({k if k.startswith("kafka.") else f"kafka.{k}": v for k, v in kafka_options.items()})

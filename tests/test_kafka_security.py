@@ -33,13 +33,13 @@ from pipelines.kafka_options import (
     read_properties,
 )
 from pipelines.reconcile.cluster import capture_snapshot
-from pipelines.sources.kafka_source import (
+from pipelines.sources.kafka.errors import (
     KafkaAuthenticationFailed,
     KafkaNotAuthorized,
     KafkaSourceConfigError,
-    SourceOptions,
-    check_access,
 )
+from pipelines.sources.kafka.options import SourceOptions
+from pipelines.sources.kafka.wire import check_access
 from tests.support.fake_broker import OFFSETS_TOPIC, FakeKafkaCluster
 
 PASSWORD = "Pw-7f3c9a-unguessable"  # the test secret every check greps for

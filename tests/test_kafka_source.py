@@ -23,29 +23,29 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from pipelines.sources import kafka_fetch
-from pipelines.sources.fastread import bytes_to_arrow, read_segments_arrow
-from pipelines.sources.kafka_fetch import select_committed
-from pipelines.sources.kafka_source import (
-    SOURCE_NAME,
-    SPARK_ARROW_SCHEMA,
-    SPARK_SCHEMA,
+from pipelines.sources.batching import spread_budget
+from pipelines.sources.kafka import reader as kafka_reader
+from pipelines.sources.kafka.errors import (
     KafkaDataLoss,
     KafkaFetchError,
     KafkaReadTimeout,
     KafkaSourceConfigError,
     KafkaTopicNotFound,
     KafkaUnreachable,
-    SourceOptions,
-    describe_topic,
     explain_failure,
-    plan_end_offsets,
-    read_partition,
-    register,
-    spread_budget,
 )
+from pipelines.sources.kafka.options import SOURCE_NAME, SourceOptions
+from pipelines.sources.kafka.reader import read_partition, select_committed
+from pipelines.sources.kafka.spark_source import (
+    SPARK_SCHEMA,
+    plan_end_offsets,
+    register,
+)
+from pipelines.sources.kafka.wire import describe_topic
 from pipelines.sources.raw import PACKED_COLUMN, RAW_ARROW_SCHEMA, unpacked
-from pipelines.sources.segments import find_segments
+from pipelines.sources.raw import SPARK_RAW_SCHEMA as SPARK_ARROW_SCHEMA
+from pipelines.sources.record_batches.arrow_reader import bytes_to_arrow, read_segments_arrow
+from pipelines.sources.segments.files import find_segments
 from tests.support.fake_broker import (
     OFFSETS_TOPIC,
     FakeKafkaCluster,
@@ -494,14 +494,14 @@ def test_partial_batches_in_small_fetches_yield_everything_exactly_once(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(FakePartition, "read", _broker_style_read)
     tails: list[int] = []
-    real_select = kafka_fetch.select_committed
+    real_select = kafka_reader.select_committed
 
-    def counting(*args: Any, **kwargs: Any) -> kafka_fetch.CommittedBatches:
+    def counting(*args: Any, **kwargs: Any) -> kafka_reader.CommittedBatches:
         kept = real_select(*args, **kwargs)
         tails.append(kept.partial_tail_bytes)
         return kept
 
-    monkeypatch.setattr(kafka_fetch, "select_committed", counting)
+    monkeypatch.setattr(kafka_reader, "select_committed", counting)
     opts = SourceOptions.from_options({
         "bootstrap_servers": golden_kafka.bootstrap_servers, "include_batch_metadata": "true",
         "kafka.max.partition.fetch.bytes": "1500", "arrow_batch_rows": "700",

@@ -38,7 +38,10 @@ from pipelines.lake.engines import (
     dml_transaction,
 )
 from pipelines.lake.keys import KeyFilter
-from pipelines.sources.spark_kafka import DEPRECATED_OFFSET_FETCHING, use_consumer_offset_reader
+from pipelines.sources.kafka.spark_connector import (
+    DEPRECATED_OFFSET_FETCHING,
+    use_consumer_offset_reader,
+)
 from pipelines.spark import has_delta_jars, has_kafka_connector, jvm_class_visible
 from tests.conftest import table_rows
 from tests.support.fake_broker import OFFSETS_TOPIC, FakeKafkaCluster
@@ -154,7 +157,7 @@ def test_delta_spark_maintenance_sql() -> None:
 
 def _raw_of(segments: Path) -> pa.Table:
     from pipelines.sources.segment_source import cluster_of, read_range
-    from pipelines.sources.segments import find_segments
+    from pipelines.sources.segments.files import find_segments
 
     batches = [b for plog in find_segments(segments)
                for b in read_range(plog, 0, 1 << 62, cluster_of(plog, "gen"))]

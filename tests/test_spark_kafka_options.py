@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from pipelines.sources.spark_kafka import (
+from pipelines.sources.kafka.spark_connector import (
     SparkKafkaConfigError,
     assign_json,
     kafka_python_settings,

@@ -69,7 +69,7 @@ def _user_facing(exc: BaseException) -> str | None:
     Spark wraps errors raised in a source into a JVM exception pages long; the Kafka
     source knows how to find its own one-line cause inside.
     """
-    from pipelines.sources.kafka_source import explain_failure
+    from pipelines.sources.kafka.errors import explain_failure
 
     explained = explain_failure(exc)
     if explained:

@@ -58,7 +58,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if cfg.source == "kafka":
         # credentials, TLS, ACLs (DESCRIBE + READ) and reachability checked before Spark
         # starts: a refusal is one named line (exit 2), not a traceback from the query
-        from pipelines.sources.kafka_source import check_access
+        from pipelines.sources.kafka.wire import check_access
 
         check_access({"bootstrap_servers": cfg.bootstrap_servers,
                       **{f"kafka.{k}": v for k, v in cfg.kafka_options.items()}})

@@ -24,10 +24,8 @@ metadata), and applies read_committed the way the Java consumer does
 The next Fetch is sent as soon as a response is framed (its next offset is known) and before
 it is parsed, so broker and network time overlap the parsing.
 
-Shared with the driver: :class:`KafkaWire` also answers Metadata and ListOffsets for
-:class:`pipelines.sources.kafka_source.KafkaOffsetsClient`, so the source has one client
-stack. This module builds on :mod:`pipelines.sources.kafka_source` (options, errors);
-``kafka_source`` imports it lazily.
+The wire client is :class:`pipelines.sources.kafka.wire.KafkaWire`; the Spark data source
+(:mod:`pipelines.sources.kafka.spark_source`) calls :func:`read_partition` on the executors.
 """
 
 from __future__ import annotations
@@ -41,61 +39,43 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from kafka import KafkaConsumer, TopicPartition
 from kafka import errors as kafka_errors
 from kafka.future import Future
-from kafka.net.compat import KafkaNetClient
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 
-from pipelines.kafka_options import KafkaSecurityError, probe
-from pipelines.sources.kafka_source import (
-    EARLIEST,
-    SOURCE_LABEL,
-    KafkaAuthenticationFailed,
+from pipelines.sources.kafka.errors import (
     KafkaDataLoss,
     KafkaFetchError,
     KafkaNotAuthorized,
     KafkaReadTimeout,
     KafkaUnreachable,
-    SourceOptions,
-    redacted,
 )
+from pipelines.sources.kafka.options import EARLIEST, SOURCE_LABEL, SourceOptions
+from pipelines.sources.kafka.wire import KafkaWire
 from pipelines.sources.raw import NO_POSITION, RAW_ARROW_SCHEMA
 from pipelines.sources.record_batches.arrow_reader import bytes_to_arrow
-from pipelines.sources.segments import Problem
+from pipelines.sources.record_batches.framing import (
+    ATTR_CODEC,
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    CONTROL_TYPE_IDS,
+    LOG_OVERHEAD,
+    MIN_LENGTH,
+    V2_HEADER_SIZE,
+    read_varint,
+)
+from pipelines.sources.record_batches.problems import Problem
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "FETCH_MAX_VERSION",
-    "CommittedBatches",
-    "KafkaWire",
-    "fetch_partition",
-    "select_committed",
-]
+__all__ = ["CommittedBatches", "read_partition", "select_committed"]
 
-#: Newest Fetch version used: v13 addresses topics by id only (KIP-516).
-FETCH_MAX_VERSION = 12
-#: isolation_level needs Fetch v4 / ListOffsets v2.
-FETCH_MIN_VERSION = 4
-LIST_OFFSETS_MIN_VERSION = 2
-READ_COMMITTED = 1
-
-#: Headroom of the response frame over the record bytes (headers, aborted-transaction lists).
-_FRAME_HEADROOM = 1 << 20
-
-# ---- record batch framing (Kafka's DefaultRecordBatch / legacy message set)
-_HEAD = struct.Struct(">qi")  # baseOffset, batchLength
+# The header fields select_committed needs, in one unpack (layout: framing.V2_HEADER):
 # baseOffset, batchLength, magic, attributes, lastOffsetDelta, producerId
 _V2_HEAD = struct.Struct(">qi4xb4xhi16xq")
-_V2_RECORDS_AT = 61  # first record of a v2 batch
-_V2_MIN_LENGTH = 49  # batchLength of a v2 batch without records
-_LEGACY_MIN_LENGTH = 14  # crc, magic, attributes, key and value lengths of a magic-0 message
-_ATTR_CODEC = 0x07
-_ATTR_TRANSACTIONAL = 0x10
-_ATTR_CONTROL = 0x20
-_ABORT = 0
-_COMMIT = 1
+_HEAD = struct.Struct(">qi")  # baseOffset, batchLength: all a legacy message needs here
+_V2_MIN_LENGTH = MIN_LENGTH[2]
+_LEGACY_MIN_LENGTH = MIN_LENGTH[0]
+_ABORT = CONTROL_TYPE_IDS["ABORT"]
 
 #: Columns only the raw-batch view fills; a consumer cannot see them (``include_batch_metadata``
 #: off keeps them null, the contract of the KafkaConsumer-based reader this path replaced).
@@ -125,37 +105,23 @@ class CommittedBatches:
     partial_tail_bytes: int
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """Zig-zag varint at ``pos``: (value, position after it)."""
-    raw = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
 def _control_type(data: bytes, pos: int, end: int, attributes: int) -> int:
     """Type of the control record opening the v2 control batch at ``pos`` (0 ABORT, 1 COMMIT,
     -1 unreadable). Brokers write markers uncompressed: read inline; else kafka-python's batch
     reader (rare, so its per-record cost does not matter)."""
     try:
-        if attributes & _ATTR_CODEC:
+        if attributes & ATTR_CODEC:
             from kafka.record.default_records import DefaultRecordBatch
 
             for record in DefaultRecordBatch(bytearray(data[pos:end])):
                 return int(record.type)
             return -1
-        p = _V2_RECORDS_AT + pos
-        _, p = _varint(data, p)  # record length
+        p = V2_HEADER_SIZE + pos  # the first record
+        _, p = read_varint(data, p)  # record length
         p += 1  # record attributes
-        _, p = _varint(data, p)  # timestamp delta
-        _, p = _varint(data, p)  # offset delta
-        key_length, p = _varint(data, p)
+        _, p = read_varint(data, p)  # timestamp delta
+        _, p = read_varint(data, p)  # offset delta
+        key_length, p = read_varint(data, p)
         if key_length < 4 or p + key_length > end:
             return -1
         return int.from_bytes(data[p + 2:p + 4], "big", signed=True)
@@ -190,7 +156,7 @@ def select_committed(records: bytes, fetch_offset: int,
     batches = dropped_aborted = controls = 0
     unpack_v2 = _V2_HEAD.unpack_from
     pos = 0
-    while n - pos >= 12:
+    while n - pos >= LOG_OVERHEAD:
         if n - pos >= _V2_HEAD.size:
             base, length, magic, attributes, last_delta, pid = unpack_v2(data, pos)
         else:  # a short legacy message, or a truncated tail
@@ -198,7 +164,7 @@ def select_committed(records: bytes, fetch_offset: int,
             magic = data[pos + 16] if n - pos > 16 else -1
             attributes = last_delta = 0
             pid = -1
-        end = pos + 12 + length
+        end = pos + LOG_OVERHEAD + length
         if length < 0:
             raise KafkaFetchError(f"corrupt fetch response: batch at offset {base} declares "
                                   f"length {length}")
@@ -211,13 +177,13 @@ def select_committed(records: bytes, fetch_offset: int,
                 while qi < len(queue) and queue[qi][1] <= last:
                     aborted_pids.add(queue[qi][0])
                     qi += 1
-                if attributes & _ATTR_CONTROL:
+                if attributes & ATTR_CONTROL:
                     if _control_type(data, pos, end, attributes) == _ABORT:
                         aborted_pids.discard(pid)
-                elif attributes & _ATTR_TRANSACTIONAL and pid in aborted_pids:
+                elif attributes & ATTR_TRANSACTIONAL and pid in aborted_pids:
                     drop = True
                     dropped_aborted += 1
-            if attributes & _ATTR_CONTROL:
+            if attributes & ATTR_CONTROL:
                 controls += 1
                 drop = drop or not keep_control
         elif magic in (0, 1) and length >= _LEGACY_MIN_LENGTH:
@@ -242,244 +208,6 @@ def select_committed(records: bytes, fetch_offset: int,
             pieces.append(mv[keep_from:pos])
         kept = b"".join(pieces)
     return CommittedBatches(kept, next_offset, batches, dropped_aborted, controls, n - pos)
-
-
-# --------------------------------------------------------------------------------------------
-# The wire client
-# --------------------------------------------------------------------------------------------
-
-
-#: kafka-python 3 raises KafkaTimeoutError("Unable to bootstrap ..."); 2.x raised NoBrokersAvailable.
-_BOOTSTRAP_ERRORS: tuple[type[BaseException], ...] = tuple(
-    e for e in (getattr(kafka_errors, "NoBrokersAvailable", None), kafka_errors.KafkaTimeoutError)
-    if e is not None)
-_CONSUMER_DEFAULTS = KafkaConsumer.DEFAULT_CONFIG
-
-
-class KafkaWire:
-    """kafka-python's connection manager with its own IO thread, used directly.
-
-    Why not a KafkaConsumer: it would fetch and decode records itself; here the driver needs
-    Metadata and ListOffsets only, and executors need Fetch responses as bytes. Settings are
-    the source's kafka-python consumer settings (TLS, SASL, timeouts, fetch sizes).
-    Bootstrapping fails with :class:`KafkaUnreachable` after ``connect_timeout_s``.
-    """
-
-    def __init__(self, opts: SourceOptions) -> None:
-        self.opts = opts
-        config = opts.consumer_config()
-
-        def setting(key: str, default: Any = None) -> Any:
-            return config.get(key, _CONSUMER_DEFAULTS.get(key, default))
-
-        self.request_timeout_ms = int(setting("request_timeout_ms"))
-        self.retry_backoff_s = float(setting("retry_backoff_ms")) / 1000
-        self.fetch_max_bytes = int(setting("fetch_max_bytes"))
-        self.fetch_max_wait_ms = int(setting("fetch_max_wait_ms"))
-        self.partition_fetch_bytes = int(setting("max_partition_fetch_bytes"))
-        self.check_crcs = bool(setting("check_crcs", True))
-        # The frame guard must admit a full response (KafkaConsumer raises it the same way).
-        config["receive_message_max_bytes"] = max(
-            int(setting("receive_message_max_bytes", 0)),
-            self.fetch_max_bytes + self.partition_fetch_bytes + _FRAME_HEADROOM)
-        log.debug("opening kafka wire client: %s", redacted(config))
-        self._client = KafkaNetClient(**config)
-        self._manager = self._client._manager
-        self._net = self._manager._net
-        # kafka-python does not pass this consumer setting to its metadata; the source never
-        # creates topics (not even a misspelt ``topic`` option).
-        self._manager.cluster.config["allow_auto_create_topics"] = False
-        self._closed = False
-        self._net.start()
-        started = time.monotonic()
-        try:
-            # a definite TLS/SASL refusal is named at once instead of being retried as a
-            # network error until the bootstrap timeout
-            probe(self._client, opts.connect_timeout_s, config)
-        except KafkaSecurityError as exc:
-            self.close()
-            raise KafkaAuthenticationFailed(str(exc)) from None
-        except BaseException:
-            self.close()
-            raise
-        try:
-            self._manager.bootstrap(config["bootstrap_timeout_ms"])
-        except _BOOTSTRAP_ERRORS as exc:
-            self.close()
-            hint = ""
-            protocol = str(config.get("security_protocol", "PLAINTEXT")).upper()
-            if protocol != "PLAINTEXT":
-                hint = f" (security_protocol {protocol}: check the TLS/SASL settings too)"
-            log.debug("bootstrap failed after %.1fs: %r", time.monotonic() - started, exc)
-            raise KafkaUnreachable(
-                f"cannot reach broker(s) {opts.bootstrap_servers} within "
-                f"{opts.connect_timeout_s:g}s{hint}") from None
-        except BaseException:
-            self.close()
-            raise
-
-    def __enter__(self) -> KafkaWire:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close connections and stop the IO thread; never raises (it must not mask errors)."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._client.close()
-        except Exception:
-            log.debug("closing the kafka wire client failed", exc_info=True)
-
-    # ---- futures across the IO thread
-
-    async def _await(self, future: Future, timeout_ms: float | None) -> Any:
-        return await self._manager.wait_for(future, timeout_ms)
-
-    async def _send_to(self, request: Any, node_id: int) -> Any:
-        return await self._manager.send(request, node_id=node_id)
-
-    def wait(self, future: Future, timeout_ms: float | None = None) -> Any:
-        """The value of a kafka-python Future; its exception is raised (timeout:
-        ``KafkaTimeoutError``)."""
-        return self._net.run(self._await, future,
-                             self.request_timeout_ms if timeout_ms is None else timeout_ms)
-
-    def send(self, request: Any, node_id: int) -> Future:
-        """Send ``request`` to ``node_id`` from the IO thread; a Future of the response."""
-        return self._manager.call_soon(self._send_to, request, node_id)
-
-    # ---- metadata
-
-    @property
-    def cluster_id(self) -> str | None:
-        value = self._manager.cluster.cluster_id
-        return value if isinstance(value, str) else None
-
-    def refresh_metadata(self, timeout_ms: float | None = None) -> bool:
-        """Send a Metadata request now and wait for it; False when that failed (logged).
-        Why not ``cluster.request_update()``: the refresh loop would wait out its backoff
-        first (100 ms), paid by every fresh client asking for its topic."""
-        try:
-            self.wait(self._manager.call_soon(self._manager.cluster.refresh_metadata),
-                      timeout_ms)
-            return True
-        except kafka_errors.KafkaError as exc:
-            log.debug("metadata refresh failed: %r", exc)
-            return False
-
-    def partitions(self, topic: str) -> list[int] | None:
-        """Partition ids of ``topic``, None when the brokers do not know it.
-        :class:`KafkaNotAuthorized` when they answered TOPIC_AUTHORIZATION_FAILED."""
-        cluster = self._manager.cluster
-        found = cluster.partitions_for_topic(topic)
-        if found is None:
-            cluster.add_topic(topic)  # tracked from now on (the refresh loop keeps it fresh)
-            self.refresh_metadata()
-            found = cluster.partitions_for_topic(topic)
-        if found is None and topic in cluster.unauthorized_topics:
-            raise KafkaNotAuthorized(
-                f"topic {topic}: not authorized to describe it on {self.opts.bootstrap_servers} "
-                "(the principal needs DESCRIBE and READ on the topic)")
-        return None if found is None else sorted(found)
-
-    def leader(self, topic: str, partition: int) -> tuple[int | None, int]:
-        """(leader node id or None if unknown/unavailable, its leader epoch or -1)."""
-        cluster = self._manager.cluster
-        tp = TopicPartition(topic, partition)
-        if cluster.partitions_for_topic(topic) is None:
-            self.partitions(topic)
-        node = cluster.leader_for_partition(tp)
-        epoch = cluster.leader_epoch_for_partition(tp)
-        if node is None or node < 0:
-            return None, -1
-        return node, -1 if epoch is None else int(epoch)
-
-    # ---- ListOffsets
-
-    def list_offsets(self, topic: str, partitions: Sequence[int], spec: int,
-                     timeout_ms: float) -> dict[int, int]:
-        """ListOffsets with isolation_level=1 (``LATEST`` answers the last stable offset),
-        retrying leader moves and broker restarts until ``timeout_ms``, then
-        ``KafkaTimeoutError``."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        remaining = set(partitions)
-        out: dict[int, int] = {}
-        T = ListOffsetsRequest.ListOffsetsTopic
-        P = T.ListOffsetsPartition
-        while True:
-            by_node: dict[int, list[tuple[int, int]]] = {}
-            for p in sorted(remaining):
-                node, epoch = self.leader(topic, p)
-                if node is not None:
-                    by_node.setdefault(node, []).append((p, epoch))
-            calls = {node: self.send(ListOffsetsRequest(
-                isolation_level=READ_COMMITTED, min_version=LIST_OFFSETS_MIN_VERSION,
-                topics=[T(name=topic, partitions=[
-                    P(partition_index=p, current_leader_epoch=epoch, timestamp=spec)
-                    for p, epoch in parts])]), node)
-                for node, parts in by_node.items()}
-            stale = len(by_node) == 0
-            for node, future in calls.items():
-                left_ms = max(1.0, (deadline - time.monotonic()) * 1000)
-                try:
-                    response = self.wait(future, left_ms)
-                except kafka_errors.KafkaError as exc:
-                    if not getattr(exc, "retriable", False):
-                        raise
-                    log.debug("ListOffsets to node %s failed: %r", node, exc)
-                    stale = True
-                    continue
-                for t in response.topics:
-                    for part in t.partitions:
-                        error = kafka_errors.for_code(part.error_code)
-                        if error is kafka_errors.NoError:
-                            out[part.partition_index] = int(part.offset)
-                            remaining.discard(part.partition_index)
-                        elif error is kafka_errors.TopicAuthorizationFailedError:
-                            raise KafkaNotAuthorized(
-                                f"topic {topic}: not authorized to list its offsets (needs "
-                                "DESCRIBE on the topic)")
-                        elif getattr(error, "retriable", False):
-                            log.debug("ListOffsets %s-%d: %s", topic, part.partition_index,
-                                      error.__name__)
-                            stale = True
-                        else:
-                            raise error(f"ListOffsets {topic}-{part.partition_index}")
-            if not remaining:
-                return out
-            if time.monotonic() >= deadline:
-                raise kafka_errors.KafkaTimeoutError(
-                    f"ListOffsets({spec}) of {topic} {sorted(remaining)}")
-            if stale:
-                self.refresh_metadata(max(1.0, (deadline - time.monotonic()) * 1000))
-            time.sleep(min(self.retry_backoff_s, max(0.0, deadline - time.monotonic())))
-
-    # ---- Fetch
-
-    def fetch(self, topic: str, partition: int, offset: int, partition_max_bytes: int,
-              max_wait_ms: int) -> tuple[Future, int | None]:
-        """Send a read_committed Fetch of one partition to its leader: (response Future, node).
-        No known leader: a failed Future (LeaderNotAvailableError) and None."""
-        node, epoch = self.leader(topic, partition)
-        if node is None:
-            return Future().failure(kafka_errors.LeaderNotAvailableError(
-                f"{topic}-{partition}")), None
-        T = FetchRequest.FetchTopic
-        request = FetchRequest(
-            max_wait_ms=max_wait_ms, min_bytes=1,
-            max_bytes=max(self.fetch_max_bytes, partition_max_bytes),
-            isolation_level=READ_COMMITTED, session_id=0, session_epoch=-1,  # sessionless
-            topics=[T(topic=topic, partitions=[T.FetchPartition(
-                partition=partition, current_leader_epoch=epoch, fetch_offset=offset,
-                last_fetched_epoch=-1, log_start_offset=-1,
-                partition_max_bytes=partition_max_bytes)])],
-            forgotten_topics_data=[], rack_id="",
-            min_version=FETCH_MIN_VERSION, max_version=FETCH_MAX_VERSION)
-        return self.send(request, node), node
 
 
 # --------------------------------------------------------------------------------------------
@@ -789,15 +517,17 @@ class _RangeReader:
                  self.topic, self.partition, offset, self.max_bytes)
 
 
-def fetch_partition(opts: SourceOptions, partition: int, start: int, end: int, *,
-                    cluster_id: str | None = None) -> Iterator[pa.RecordBatch]:
+def read_partition(opts: SourceOptions, partition: int, start: int, end: int, *,
+                   cluster_id: str | None = None) -> Iterator[pa.RecordBatch]:
     """Records of ``[start, end)`` of one partition as a read_committed consumer sees them
     (plus COMMIT/ABORT markers and batch facts with ``include_batch_metadata``), in
     RAW_ARROW_SCHEMA batches of ``arrow_batch_rows`` rows (the last one fewer).
 
-    Stops when the fetch position reaches ``end``: the offsets before ``end`` may be markers or
-    aborted batches that yield no row. No progress for ``read_timeout_s`` raises
-    :class:`KafkaReadTimeout`; offsets gone from the log follow ``fail_on_data_loss``."""
+    Stops when the fetch *position* reaches ``end``, not when a record with offset ``end - 1``
+    arrives: that offset may be a marker or part of an aborted batch. Records at or past
+    ``end`` (the fetch returns whole batches) are dropped: they belong to the next
+    micro-batch. No progress for ``read_timeout_s`` raises :class:`KafkaReadTimeout`; offsets
+    gone from the log follow ``fail_on_data_loss``."""
     if end <= start:
         return
     started = time.monotonic()

@@ -30,11 +30,12 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 
+from pipelines.sources.kafka.options import OFFSETS_TOPIC
+from pipelines.sources.kafka.wire import describe_topic
 from pipelines.sources.raw import RAW_ARROW_SCHEMA
 
 log = logging.getLogger(__name__)
 
-TOPIC = "__consumer_offsets"
 NAME = "spark-kafka"
 #: Spark SQL conf selecting the consumer-based offset reader, the one that keeps internal topics.
 DEPRECATED_OFFSET_FETCHING = "spark.sql.streaming.kafka.useDeprecatedOffsetFetching"
@@ -57,7 +58,7 @@ class SparkKafkaConfigError(ValueError):
     """A setting that would make Spark's kafka source read something other than the topic."""
 
 
-def assign_json(partitions: Iterable[int], topic: str = TOPIC) -> str:
+def assign_json(partitions: Iterable[int], topic: str = OFFSETS_TOPIC) -> str:
     """Spark's ``assign`` option: ``{"topic": [p, ...]}`` with every partition, sorted."""
     parts = sorted({int(p) for p in partitions})
     if not parts:
@@ -65,7 +66,7 @@ def assign_json(partitions: Iterable[int], topic: str = TOPIC) -> str:
     return json.dumps({topic: parts}, separators=(",", ":"))
 
 
-def starting_offsets_json(partitions: Iterable[int], topic: str = TOPIC) -> str:
+def starting_offsets_json(partitions: Iterable[int], topic: str = OFFSETS_TOPIC) -> str:
     """``startingOffsets`` naming every partition at earliest (``{"topic": {"0": -2, ...}}``)."""
     parts = sorted({int(p) for p in partitions})
     return json.dumps({topic: {str(p): EARLIEST for p in parts}}, separators=(",", ":"))
@@ -74,7 +75,7 @@ def starting_offsets_json(partitions: Iterable[int], topic: str = TOPIC) -> str:
 def reader_options(bootstrap_servers: str, partitions: Iterable[int], *,
                    max_records_per_batch: int | None = None,
                    kafka_options: Mapping[str, str] | None = None,
-                   allow_data_loss: bool = False, topic: str = TOPIC) -> dict[str, str]:
+                   allow_data_loss: bool = False, topic: str = OFFSETS_TOPIC) -> dict[str, str]:
     """Every option given to ``spark.readStream.format("kafka")`` (pure: unit-testable).
 
     ``kafka_options`` are consumer settings, with or without the ``kafka.`` prefix; the ones
@@ -129,12 +130,10 @@ def kafka_python_settings(kafka_options: Mapping[str, str] | None) -> dict[str, 
 
 
 def list_partitions(bootstrap_servers: str, kafka_options: Mapping[str, str] | None = None,
-                    topic: str = TOPIC) -> list[int]:
+                    topic: str = OFFSETS_TOPIC) -> list[int]:
     """The topic's partitions from the cluster's metadata (driver side, kafka-python).
 
     Raises the Kafka source's named errors (unreachable cluster, topic not found)."""
-    from pipelines.sources.kafka_source import describe_topic
-
     return sorted(describe_topic(bootstrap_servers, topic, **kafka_python_settings(kafka_options)))
 
 
@@ -148,7 +147,7 @@ def use_consumer_offset_reader(spark) -> None:
     if current is not None and current.strip().lower() == "false" and _user_set(spark):
         raise SparkKafkaConfigError(
             f"{DEPRECATED_OFFSET_FETCHING}=false was set, but Spark's admin-based offset reader drops "
-            f"internal topics: {TOPIC} would read 0 records. Unset it or set it to true.")
+            f"internal topics: {OFFSETS_TOPIC} would read 0 records. Unset it or set it to true.")
     spark.conf.set(DEPRECATED_OFFSET_FETCHING, "true")
 
 
@@ -166,7 +165,7 @@ def read_stream(
     cluster_id: str,
     max_records_per_batch: int | None,
     kafka_options: dict[str, str] | None = None,
-    topic: str = TOPIC,
+    topic: str = OFFSETS_TOPIC,
     allow_data_loss: bool = False,
     partitions: Iterable[int] | None = None,
 ):
