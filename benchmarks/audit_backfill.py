@@ -2,7 +2,7 @@
 
 Why: the backfill audits the whole history in chunks through the per-batch code path, so
 its cost grows with the history and falls with the chunk size; this measures it on a
-generated lake (pipelines/demo.py at ``--scale``, ingested, then stripped of the three audit
+generated lake (pipelines/demo/ at ``--scale``, ingested, then stripped of the three audit
 tables) or a copy of an existing one (``--lake``; its audit tables are rebuilt, as
 ``maintain --rebuild-audit`` does): offset commits per second, per ``--chunk`` size.
 

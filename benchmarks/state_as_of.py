@@ -1,7 +1,7 @@
 """Benchmark: ``offsetlake state --as-of`` (DuckDB) and the report's group pages, by history size.
 
 Why: the as-of answer folds the history written by an instant, so its cost grows with the
-history; this measures how much, on a generated lake (pipelines/demo.py at ``--scale``) or an
+history; this measures how much, on a generated lake (pipelines/demo/ at ``--scale``) or an
 existing one (``--lake``): the wall time of :func:`state_as_of_duckdb` at a few instants across
 the history (best of ``--repeat``), with and without ``--group``, and of the whole report.
 

@@ -20,18 +20,14 @@ from pipelines.decode import OK, TOMBSTONE, decode_record, encode_key, encode_re
 from pipelines.demo import (
     Committed,
     DemoManifest,
-    _commit_batch,
     generate_cluster,
     main,
 )
-from pipelines.sources.segments import (
-    NewRecord,
-    Record,
-    encode_batch,
-    find_segments,
-    fold_transactions,
-    read_records,
-)
+from pipelines.sources.record_batches.exact_batch import Record
+from pipelines.sources.record_batches.exact_reader import read_records
+from pipelines.sources.record_batches.writer import NewRecord, encode_batch, encode_pairs_batch
+from pipelines.sources.segments.files import find_segments
+from tests.support.exact_fold import fold_transactions
 
 Key = tuple[str, str, int]
 
@@ -237,15 +233,23 @@ def test_stories_end_as_promised(demo: tuple[Path, DemoManifest]) -> None:
 
 
 def test_fast_commit_batch_matches_encode_batch() -> None:
+    """The generator's commit batches go through the writer's fast path (encode_pairs_batch,
+    which replaced the demo's own _commit_batch): the same bytes as encode_batch, also when a
+    size is beyond its precomputed varints (where it hands over to encode_batch)."""
     key = encode_key(1, {"group": "g", "topic": "orders", "partition": 3})
     values = [bytes(range(20)) + b"x" * n for n in (0, 100, 300)]
     recs = [NewRecord(100 + i, 1_700_000_000_000, key, v) for i, v in enumerate(values)]
     pairs = [(key, v) for v in values]
     for pid, epoch in ((-1, -1), (4242, 3)):
-        assert _commit_batch(pairs, 100, 1_700_000_000_000, 2, pid, epoch) == encode_batch(
+        assert encode_pairs_batch(
+            pairs, base_offset=100, timestamp=1_700_000_000_000, partition_leader_epoch=2,
+            producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=pid >= 0,
+        ) == encode_batch(
             recs, base_offset=100, partition_leader_epoch=2, producer_id=pid,
             producer_epoch=epoch, base_sequence=0, is_transactional=pid >= 0)
-    assert _commit_batch([(key, b"x" * 20_000)], 0, 1, 0, -1, -1) is None
+    big = b"x" * 20_000
+    assert encode_pairs_batch([(key, big)], base_offset=0, timestamp=1, base_sequence=0) == (
+        encode_batch([NewRecord(0, 1, key, big)], base_offset=0, base_sequence=0))
 
 
 def test_compression_phases_and_segment_roll(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ Expected values never come from the code under test:
   per producer, materialized by COMMIT only over an older committed record, dropped by ABORT
   or by a tombstone) which shares nothing with the fold under test (effective times and
   "last by log position");
-* a generated history (pipelines/demo.py, always): the generator's manifest at the end, the
+* a generated history (pipelines/demo/, always): the generator's manifest at the end, the
   same independent replay over the lake's raw rows at earlier times, transactions visible
   from their COMMIT marker's time and aborted ones never.
 """
