@@ -11,12 +11,14 @@ import pyarrow as pa
 import pytest
 
 from pipelines.demo import generate_cluster
-from pipelines.sources.raw import PACKED_COLUMN, RAW_ARROW_SCHEMA, SPARK_RAW_SCHEMA, unpacked
-from pipelines.sources.record_batches.arrow_reader import (
+from pipelines.sources.raw import (
     INDEX_ARROW_SCHEMA,
-    index_segments_arrow,
-    read_segments_arrow,
+    PACKED_COLUMN,
+    RAW_ARROW_SCHEMA,
+    SPARK_RAW_SCHEMA,
+    unpacked,
 )
+from pipelines.sources.record_batches.arrow_reader import index_segments_arrow, read_segments_arrow
 from pipelines.sources.segment_source import (
     PartitionIndex,
     SegmentIndexCache,

@@ -23,7 +23,13 @@ from kafka import codec as kcodec
 from kafka.record import MemoryRecords
 
 from pipelines.sources.raw import RAW_ARROW_SCHEMA
-from pipelines.sources.record_batches import arrow_reader, exact_reader, framing, transactions
+from pipelines.sources.record_batches import (
+    arrow_decode,
+    arrow_reader,
+    exact_reader,
+    framing,
+    transactions,
+)
 from pipelines.sources.record_batches.exact_batch import BatchInfo, Record
 from pipelines.sources.record_batches.exact_reader import decode_segment_bytes, read_records
 from pipelines.sources.record_batches.problems import Problem
@@ -1028,13 +1034,13 @@ def raw_batch(
 def fallbacks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Positions of the batches the vector parser declined (handed to _decode_v2_batch)."""
     calls: list[int] = []
-    real = arrow_reader.decode_v2_batch
+    real = arrow_decode.decode_v2_batch
 
     def counting(data: bytes, mv: memoryview, pos: int, *args: Any) -> Any:
         calls.append(pos)
         return real(data, mv, pos, *args)
 
-    monkeypatch.setattr(arrow_reader, "decode_v2_batch", counting)
+    monkeypatch.setattr(arrow_decode, "decode_v2_batch", counting)
     return calls
 
 

@@ -52,6 +52,15 @@ RAW_ARROW_SCHEMA: pa.Schema = pa.schema(
     ]
 )
 
+#: The planning view of raw rows (what the vectorized reader's ``index_segments_arrow`` returns
+#: per record): offsets, transaction facts and where each batch lies (``source_file``: the
+#: file's place in the list read), no bytes.
+INDEX_ARROW_SCHEMA: pa.Schema = pa.schema(
+    [RAW_ARROW_SCHEMA.field(name) for name in
+     ("offset", "producer_id", "is_transactional", "is_control", "control_type")]
+    + [pa.field("source_file", pa.int32()), RAW_ARROW_SCHEMA.field("source_position")]
+)
+
 #: RAW_ARROW_SCHEMA as Spark hands it over: Spark exchanges timestamps as microseconds, so a
 #: Python data source's batches carry ``timestamp("us", "UTC")``
 #: (``to_arrow_schema(from_arrow_schema(RAW_ARROW_SCHEMA), timezone="UTC")``).

@@ -25,9 +25,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.sources.batching import spread_budget
-from pipelines.sources.raw import PACKED_ARROW_SCHEMA, RAW_ARROW_SCHEMA, SPARK_RAW_SCHEMA, pack
-from pipelines.sources.record_batches.arrow_reader import (
+from pipelines.sources.raw import (
     INDEX_ARROW_SCHEMA,
+    PACKED_ARROW_SCHEMA,
+    RAW_ARROW_SCHEMA,
+    SPARK_RAW_SCHEMA,
+    pack,
+)
+from pipelines.sources.record_batches.arrow_reader import (
     bytes_to_arrow,
     index_segments_arrow,
     read_segments_arrow,

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .arrow_reader import numpy_to_arrow
+from .arrow_columns import numpy_to_arrow
 
 __all__ = ["fold_arrow", "unique_offsets"]
 
