@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines.reconcile import cluster
-from pipelines.reconcile.cluster import capture_snapshot
+from pipelines.reconcile.cluster.capture import Capture
+from pipelines.reconcile.cluster.live import capture_snapshot
 from tests.support.fake_broker import FakeKafkaCluster, record_batch
 
 log = logging.getLogger("benchmarks.time_lag")
@@ -31,7 +31,7 @@ APIS = ("Fetch", "ListOffsets", "Metadata", "OffsetFetch")
 def _without_time_lag():
     """The capture without step 6 (the Fetches): the baseline."""
     async def skip(self, held):
-        from pipelines.reconcile.record_times import RecordTimes
+        from pipelines.reconcile.cluster.record_times import RecordTimes
         return RecordTimes()
     return skip
 
@@ -45,10 +45,10 @@ def run(partitions: int, groups: int, repeat: int) -> None:
                                                            timestamp_ms=1_700_000_000_000 + i))
             for g in range(groups):
                 fk.commit(f"g{g}", "bench", p, g)
-        original = cluster._Capture._record_times
+        original = Capture.read_record_times
         for label in ("with time lag", "baseline (no reads)"):
             if label.startswith("baseline"):
-                cluster._Capture._record_times = _without_time_lag()
+                Capture.read_record_times = _without_time_lag()
             best = float("inf")
             counts: dict[str, int] = {}
             try:
@@ -59,7 +59,7 @@ def run(partitions: int, groups: int, repeat: int) -> None:
                     best = min(best, time.perf_counter() - start)
                     counts = {api: fk.count(api) for api in APIS}
             finally:
-                cluster._Capture._record_times = original
+                Capture.read_record_times = original
             known = sum(1 for r in snap.lag if r.time_lag_ms is not None)
             print(f"{partitions:>6} partitions x {groups} groups, {label:<20}: "
                   f"{best:6.2f} s  time lags known {known}/{len(snap.lag)}  "

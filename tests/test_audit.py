@@ -21,7 +21,7 @@ from pipelines.decode.records import encode_key, encode_value
 from pipelines.demo import DemoManifest, generate_cluster
 from pipelines.ingest import IngestReport, ensure_tables, ingest_segments_local, process_batch
 from pipelines.lake.engines import DeltaRsEngine
-from pipelines.reconcile.cluster import snapshot_from_recorded
+from pipelines.reconcile.cluster.recorded import snapshot_from_recorded
 from pipelines.reconcile.quality import run_quality_gate
 from pipelines.reconcile.snapshot import store_snapshot
 from pipelines.sources.segment_source import cluster_of, read_range

@@ -19,13 +19,10 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import OffsetSpec
 from kafka.protocol.api_key import ApiKey
 
-from pipelines.reconcile.cluster import (
-    SCHEMAS,
-    ClusterSnapshot,
-    ClusterUnreachable,
-    capture_snapshot,
-    snapshot_from_recorded,
-)
+from pipelines.reconcile.cluster.errors import ClusterUnreachable
+from pipelines.reconcile.cluster.live import capture_snapshot
+from pipelines.reconcile.cluster.recorded import snapshot_from_recorded
+from pipelines.reconcile.cluster.rows import SCHEMAS, ClusterSnapshot
 from tests.support.fake_broker import (
     GROUP_AUTHORIZATION_FAILED,
     OFFSETS_TOPIC,

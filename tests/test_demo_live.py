@@ -13,7 +13,7 @@ from pipelines.cli import main
 from pipelines.demo import CAPTURE_DELAY_MS, DemoManifest, generate_cluster
 from pipelines.ingest import ingest_segments_local
 from pipelines.lake.engines import DeltaRsEngine
-from pipelines.reconcile.cluster import snapshot_from_recorded
+from pipelines.reconcile.cluster.recorded import snapshot_from_recorded
 from pipelines.reconcile.reconcile import run_reconcile
 
 LIVE_FILES = ("list_groups.json", "describe_groups.json", "consumer_group_describe.json",

@@ -20,20 +20,10 @@ from pipelines.cli import main as cli_main
 from pipelines.demo import generate_cluster
 from pipelines.ingest import ingest_segments_local
 from pipelines.lake.engines import DeltaRsEngine
-from pipelines.reconcile.cluster import (
-    ClusterSnapshot,
-    GroupRow,
-    OffsetRow,
-    PointRow,
-    snapshot_from_recorded,
-)
-from pipelines.reconcile.reconcile import (
-    LakeState,
-    SnapshotState,
-    classify,
-    reconcile,
-    run_reconcile,
-)
+from pipelines.reconcile.cluster.recorded import snapshot_from_recorded
+from pipelines.reconcile.cluster.rows import ClusterSnapshot, GroupRow, OffsetRow, PointRow
+from pipelines.reconcile.inputs import LakeState, SnapshotState
+from pipelines.reconcile.reconcile import classify, reconcile, run_reconcile
 from pipelines.reconcile.snapshot import (
     SnapshotInfo,
     latest_snapshot,

@@ -24,12 +24,9 @@ from deltalake import DeltaTable
 from pipelines.demo import generate_cluster
 from pipelines.ingest import ingest_segments_local
 from pipelines.lake.engines import DeltaRsEngine
-from pipelines.reconcile.cluster import (
-    LogEndOffsetRow,
-    OffsetRow,
-    _lag_rows,
-    snapshot_from_recorded,
-)
+from pipelines.reconcile.cluster.lag import lag_rows as _lag_rows
+from pipelines.reconcile.cluster.recorded import snapshot_from_recorded
+from pipelines.reconcile.cluster.rows import LogEndOffsetRow, OffsetRow
 from pipelines.reconcile.snapshot import snapshot_summary, store_snapshot
 from tests.conftest import corpus_path
 
@@ -254,7 +251,7 @@ def test_commits_past_the_log_end_are_not_negative_lag(tmp_path: Path) -> None:
     rows = {r.partition: r for r in _lag_rows(offsets, ends)}
     assert (rows[0].lag, rows[0].committed_past_end) == (0, True)
     assert (rows[1].lag, rows[1].committed_past_end) == (10, False)
-    from pipelines.reconcile.cluster import ClusterSnapshot
+    from pipelines.reconcile.cluster.rows import ClusterSnapshot
 
     snap = ClusterSnapshot("s", datetime(2026, 1, 1, tzinfo=timezone.utc), "t", offsets=offsets,
                            log_end_offsets=ends, lag=list(rows.values()))

@@ -32,7 +32,7 @@ from pipelines.kafka_options import (
     normalize,
     read_properties,
 )
-from pipelines.reconcile.cluster import capture_snapshot
+from pipelines.reconcile.cluster.live import capture_snapshot
 from pipelines.sources.kafka.errors import (
     KafkaAuthenticationFailed,
     KafkaNotAuthorized,
@@ -490,7 +490,7 @@ def test_snapshot_runs_of_an_older_lake_gain_the_new_columns(tmp_path: Path) -> 
 
     from pipelines.lake.contracts import contract
     from pipelines.lake.engines import DeltaRsEngine
-    from pipelines.reconcile.cluster import ClusterSnapshot
+    from pipelines.reconcile.cluster.rows import ClusterSnapshot
     from pipelines.reconcile.snapshot import RUNS_TABLE, _runs, store_snapshot
 
     engine = DeltaRsEngine(tmp_path / "lake")

@@ -18,18 +18,11 @@ from kafka.protocol.api_key import ApiKey
 
 from pipelines.ingest import ingest_segments_local
 from pipelines.lake.engines import DeltaRsEngine
-from pipelines.reconcile.cluster import (
-    GroupRow,
-    MemberRow,
-    capture_snapshot,
-    snapshot_from_recorded,
-)
-from pipelines.reconcile.reconcile import (
-    LakeState,
-    classify,
-    load_lake_state,
-    load_snapshot_state,
-)
+from pipelines.reconcile.cluster.live import capture_snapshot
+from pipelines.reconcile.cluster.recorded import snapshot_from_recorded
+from pipelines.reconcile.cluster.rows import GroupRow, MemberRow
+from pipelines.reconcile.inputs import LakeState, load_lake_state, load_snapshot_state
+from pipelines.reconcile.reconcile import classify
 from pipelines.reconcile.snapshot import latest_snapshot, store_snapshot
 from tests.conftest import corpus_path
 from tests.support.fake_broker import (
@@ -112,7 +105,7 @@ def test_live_capture_describes_share_and_streams_groups() -> None:
 
 def _lake_matching(n_partitions: int = 5) -> LakeState:
     """The lake's view of the fake broker's share/streams groups, written by hand."""
-    from pipelines.reconcile.reconcile import _partition_for
+    from pipelines.decode import partition_for as _partition_for
 
     lake = LakeState(log_end=dict(enumerate(HWS)))
     for gid, gtype, state, epochs, members in (

@@ -37,7 +37,7 @@ def demo_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from pipelines.demo import generate_cluster
     from pipelines.ingest import ingest_segments_local
     from pipelines.lake.engines import DeltaRsEngine
-    from pipelines.reconcile.cluster import snapshot_from_recorded
+    from pipelines.reconcile.cluster.recorded import snapshot_from_recorded
     from pipelines.reconcile.reconcile import run_reconcile
     from pipelines.reconcile.snapshot import store_snapshot
 

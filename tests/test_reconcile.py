@@ -24,24 +24,19 @@ from pipelines.decode import partition_for
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaRsEngine
 from pipelines.model import OP
-from pipelines.reconcile.cluster import (
+from pipelines.reconcile.classes import EXPLAINED
+from pipelines.reconcile.cluster.errors import UNSTABLE_OFFSET_COMMIT, error_name
+from pipelines.reconcile.cluster.recorded import snapshot_from_recorded
+from pipelines.reconcile.cluster.rows import (
     SCHEMAS,
-    UNSTABLE_OFFSET_COMMIT,
     ClusterSnapshot,
     GroupRow,
     MemberRow,
     OffsetRow,
     PointRow,
-    error_name,
-    snapshot_from_recorded,
 )
 from pipelines.reconcile.quality import run_quality_gate
-from pipelines.reconcile.reconcile import (
-    EXPLAINED,
-    NoSnapshotError,
-    reconcile,
-    run_reconcile,
-)
+from pipelines.reconcile.reconcile import NoSnapshotError, reconcile, run_reconcile
 from pipelines.reconcile.snapshot import (
     RUNS_TABLE,
     SNAPSHOT_TABLES,

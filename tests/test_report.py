@@ -24,12 +24,8 @@ from pipelines.demo import DemoManifest, generate_cluster
 from pipelines.ingest import ingest_segments_local
 from pipelines.lake.engines import DeltaRsEngine
 from pipelines.queries import run_duckdb
-from pipelines.reconcile.cluster import (
-    ClusterSnapshot,
-    LagRow,
-    LogEndOffsetRow,
-    snapshot_from_recorded,
-)
+from pipelines.reconcile.cluster.recorded import snapshot_from_recorded
+from pipelines.reconcile.cluster.rows import ClusterSnapshot, LagRow, LogEndOffsetRow
 from pipelines.reconcile.reconcile import reconcile
 from pipelines.reconcile.snapshot import store_snapshot
 from pipelines.report.html import write_report

@@ -25,7 +25,7 @@ from pipelines.demo import DemoManifest, generate_cluster
 from pipelines.ingest import ingest_segments_local
 from pipelines.lake.engines import DeltaRsEngine
 from pipelines.queries.state_as_of import state_as_of_duckdb
-from pipelines.reconcile.cluster import ClusterSnapshot, LagRow, LogEndOffsetRow
+from pipelines.reconcile.cluster.rows import ClusterSnapshot, LagRow, LogEndOffsetRow
 from pipelines.reconcile.snapshot import store_snapshot
 from pipelines.report.html import write_report
 

@@ -16,8 +16,9 @@ import pyarrow as pa
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from pipelines.reconcile.cluster import LagRow, capture_snapshot
-from pipelines.reconcile.record_times import PARTITION_BYTES, plan
+from pipelines.reconcile.cluster.live import capture_snapshot
+from pipelines.reconcile.cluster.record_times import PARTITION_BYTES, plan
+from pipelines.reconcile.cluster.rows import LagRow
 from tests.support.fake_broker import FakeKafkaCluster, control_batch, record_batch
 
 FAST = {"timeout_s": 5, "request_timeout_ms": 5000, "retry_backoff_ms": 10, "max_backoff_ms": 50}
@@ -227,7 +228,8 @@ def test_plan_decides_what_needs_reading(committed, end, stable, start, expected
 def test_recorded_capture_has_time_lag_only_where_caught_up(tmp_path: Path) -> None:
     """A recorded capture never read the log: lagging rows say not_captured, caught-up rows
     have time lag 0 (no read needed to know it)."""
-    from pipelines.reconcile.cluster import LogEndOffsetRow, OffsetRow, _lag_rows
+    from pipelines.reconcile.cluster.lag import lag_rows as _lag_rows
+    from pipelines.reconcile.cluster.rows import LogEndOffsetRow, OffsetRow
 
     rows = _lag_rows([OffsetRow("g", "t", 0, 5, -1, ""), OffsetRow("g", "t", 1, 9, -1, "")],
                      [LogEndOffsetRow("t", 0, 9, 9), LogEndOffsetRow("t", 1, 9, 9)])
@@ -243,7 +245,7 @@ def test_older_lake_gains_the_time_lag_columns_in_place(tmp_path: Path) -> None:
 
     from pipelines.lake.contracts import contract
     from pipelines.lake.engines import DeltaRsEngine
-    from pipelines.reconcile.cluster import ClusterSnapshot, LogEndOffsetRow
+    from pipelines.reconcile.cluster.rows import ClusterSnapshot, LogEndOffsetRow
     from pipelines.reconcile.snapshot import store_snapshot
 
     engine = DeltaRsEngine(tmp_path / "lake")
@@ -282,7 +284,7 @@ def _check_catch_up_estimate(engine) -> None:
     700 over 600 s is 1 offset/s; a commit outside the 15-minute window, a tombstone and
     another group do not count; a rewind gives no rate."""
     from pipelines.lake.contracts import contract
-    from pipelines.reconcile.cluster import ClusterSnapshot
+    from pipelines.reconcile.cluster.rows import ClusterSnapshot
     from pipelines.reconcile.snapshot import with_catch_up_estimates
 
     at = dt.datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -12,7 +12,8 @@ from deltalake import DeltaTable
 from pipelines.decode.records import encode_key, encode_value
 from pipelines.ingest import ingest_segments_local
 from pipelines.lake.engines import DeltaRsEngine
-from pipelines.reconcile.cluster import capture_snapshot, kafka_uuid
+from pipelines.reconcile.cluster.live import capture_snapshot
+from pipelines.reconcile.cluster.rows import kafka_uuid
 from pipelines.reconcile.snapshot import store_snapshot
 from pipelines.sources.segments import SegmentWriter
 from tests.support.fake_broker import FakeGroup, FakeKafkaCluster, FakeMember

@@ -29,7 +29,7 @@ def store_recorded(lake: Path, live_dir: Path, cluster_id: str, require_stable: 
     """Store a recorded capture folder (golden ``live/``, the demo's ``live/``) as a snapshot:
     offline audits and the demo reconcile against recorded answers exactly like live ones."""
     from pipelines.lake.engines import DeltaRsEngine
-    from pipelines.reconcile.cluster import snapshot_from_recorded
+    from pipelines.reconcile.cluster.recorded import snapshot_from_recorded
     from pipelines.reconcile.snapshot import snapshot_summary, store_snapshot
 
     fetch = "offset_fetch_require_stable.json" if require_stable else "offset_fetch.json"

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from pipelines.decode import partition_for
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
+from pipelines.reconcile.classes import CLASSES
 from pipelines.reconcile.snapshot import string_field
 
 log = logging.getLogger(__name__)
@@ -242,8 +243,6 @@ def _build_suites(engine: DeltaEngine, cluster_id: str, reconciliation: pa.Table
                          [partition_check()], index_columns=index))
 
     if reconciliation is not None:
-        from pipelines.reconcile.reconcile import CLASSES
-
         rkey = ["cluster_id", "reconcile_id", "snapshot_id", "level", "group_id",
                 "classification"]
         suites.append(_Suite("reconciliation", _frame(reconciliation, exact_ints=True), [

@@ -4,42 +4,9 @@ Why: the state tables are rebuilt from ``__consumer_offsets`` by our own replay;
 independent check is what the brokers answer. Only what OffsetFetch returns is compared
 1:1 (spec 3.3): committed offset, leader epoch, metadata -- never commit timestamps or
 topic ids. Group type/state/members are compared where the log can derive them (spec
-2.5, 3.4). Every difference is *classified*, because many are expected (spec 5 item 5):
-
-========================  ========  ==================================================
-class                     explained  meaning
-========================  ========  ==================================================
-match                     yes       both sides agree
-offset_mismatch           no        committed offsets differ
-leader_epoch_mismatch     no        offsets agree, leader epochs differ
-metadata_mismatch         no        offsets and epochs agree, metadata differs
-missing_in_lake           no        the broker has it, the lake does not
-missing_on_broker         no        the lake has it, the broker does not
-lake_behind               yes       a difference, and the lake had not ingested the
-                                    group's ``__consumer_offsets`` partition up to the
-                                    snapshot's high watermark (or stopped at the LSO,
-                                    as read_committed sources must, spec 2.4)
-lake_ahead                yes       a difference, and the lake's record lies at/after
-                                    the snapshot point, so the answer may predate it
-open_transaction          yes       UNSTABLE_OFFSET_COMMIT from a require_stable
-                                    snapshot: a pending transactional commit (spec 3.2)
-group_tombstoned          yes       the lake's group is deleted but its offsets live;
-                                    the Java coordinator then answers nothing (spec 2.5)
-fetch_error               no        the broker answered a group/partition error, so
-                                    nothing was verified (retry)
-not_authorized            no        the snapshot's principal was refused the group
-                                    (GROUP_AUTHORIZATION_FAILED) or the topic
-                                    (TOPIC_AUTHORIZATION_FAILED): nothing verified; grant
-                                    DESCRIBE (README "Security"), or accept it with
-                                    ``--allow-partial`` (then counted as explained)
-type_mismatch             no        group rows: type or protocol type differ ('simple'
-                                    in the lake = classic with protocol type '')
-state_mismatch            no        group rows: state (or a described group/assignment epoch) differs
-member_mismatch           no        group rows: member ids differ
-state_transient           yes       group rows: the broker is in an in-memory-only
-                                    state (PreparingRebalance, CompletingRebalance,
-                                    Dead) the log cannot show (spec 2.5)
-========================  ========  ==================================================
+2.5, 3.4). Every difference is *classified*, because many are expected (spec 5 item 5);
+the classes, and which are explained, are listed in :mod:`pipelines.reconcile.classes`.
+The two sides are read by :mod:`pipelines.reconcile.inputs`.
 
 :func:`run_reconcile` (the CLI's ``reconcile``) runs :func:`reconcile` and then the
 quality gate (:mod:`pipelines.reconcile.quality`).
@@ -57,18 +24,28 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pipelines.decode import partition_for as _partition_for
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, DeltaRsEngine
-from pipelines.reconcile.cluster import UNSTABLE_OFFSET_COMMIT
+from pipelines.reconcile.classes import (
+    EXPLAINED,
+    METADATA_STATES,
+    STATE_COMPARABLE_TYPES,
+    TRANSIENT_STATES,
+)
+from pipelines.reconcile.cluster.errors import UNSTABLE_OFFSET_COMMIT
+from pipelines.reconcile.inputs import (
+    LakeState,
+    SnapshotState,
+    load_lake_state,
+    load_snapshot_state,
+)
+from pipelines.reconcile.quality import run_quality_gate
 from pipelines.reconcile.snapshot import (
     SnapshotInfo,
     find_snapshot,
     latest_snapshot,
-    read_snapshot,
-    string_field,
 )
 
 log = logging.getLogger(__name__)
@@ -79,129 +56,9 @@ _GROUP_AUTHORIZATION_FAILED = 30
 _TOPIC_AUTHORIZATION_FAILED = 29
 _REFUSED = (_GROUP_AUTHORIZATION_FAILED, _TOPIC_AUTHORIZATION_FAILED)
 
-EXPLAINED: dict[str, bool] = {
-    "match": True,
-    "offset_mismatch": False,
-    "leader_epoch_mismatch": False,
-    "metadata_mismatch": False,
-    "missing_in_lake": False,
-    "missing_on_broker": False,
-    "lake_behind": True,
-    "lake_ahead": True,
-    "open_transaction": True,
-    "group_tombstoned": True,
-    "fetch_error": False,
-    "not_authorized": False,
-    "type_mismatch": False,
-    "state_mismatch": False,
-    "member_mismatch": False,
-    "state_transient": True,
-}
-CLASSES = tuple(EXPLAINED)
-
-# Broker states the log cannot show: rebalance phases live in memory only (spec 2.5);
-# Dead is a group being unloaded/removed.
-TRANSIENT_STATES = frozenset({"PreparingRebalance", "CompletingRebalance", "Dead"})
-# The log yields classic Empty/Stable and consumer, share and streams group states from the
-# persisted epochs and member records (spec 5 item 6; checked against real 4.2 answers).
-STATE_COMPARABLE_TYPES = frozenset({"classic", "consumer", "share", "streams"})
-# A streams group is NotReady while its topology's topics are missing: cluster metadata,
-# not the log, decides it.
-METADATA_STATES = frozenset({"NotReady"})
-_GROUP_TOMBSTONE_TYPES = (2, 3, 11, 17)  # classic, consumer, share, streams group metadata
-
 
 class NoSnapshotError(LookupError):
     """The lake holds no snapshot of the cluster: run ``offsetlake snapshot`` first."""
-
-
-# ------------------------------------------------------------------------------ inputs
-
-
-@dataclass
-class LakeState:
-    """The lake side, as plain dicts (small: one entry per group / group-partition)."""
-
-    offsets: dict[tuple[str, str, int], dict[str, Any]] = field(default_factory=dict)
-    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
-    members: dict[str, set[str]] = field(default_factory=dict)
-    tombstoned: set[str] = field(default_factory=set)  # groups whose latest group record is a tombstone
-    log_end: dict[int, int] = field(default_factory=dict)  # offsets_partition -> max offset + 1
-
-
-@dataclass
-class SnapshotState:
-    """The broker side of one snapshot."""
-
-    info: SnapshotInfo
-    offsets: dict[tuple[str, str, int], dict[str, Any]] = field(default_factory=dict)
-    group_errors: dict[str, tuple[int, str | None]] = field(default_factory=dict)
-    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
-    members: dict[str, set[str]] = field(default_factory=dict)
-    points: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)  # hw, lso
-
-
-def _cluster_filter(cluster_id: str) -> pc.Expression:
-    return string_field("cluster_id") == cluster_id
-
-
-def _rows(engine: DeltaEngine, table: str, columns: list[str], cluster_id: str,
-          extra: pc.Expression | None = None) -> list[dict[str, Any]]:
-    if not engine.exists(table):
-        return []
-    expr = _cluster_filter(cluster_id) if extra is None else _cluster_filter(cluster_id) & extra
-    return engine.read(table, columns=columns, filter_expr=expr).to_pylist()
-
-
-def load_lake_state(engine: DeltaEngine, cluster_id: str) -> LakeState:
-    """Read what reconciliation needs from the lake's state and history tables."""
-    state = LakeState()
-    for r in _rows(engine, "committed_offsets",
-                   ["group_id", "topic", "partition", "committed_offset", "leader_epoch",
-                    "metadata", "offsets_partition", "offset"], cluster_id):
-        state.offsets[(r["group_id"], r["topic"], r["partition"])] = r
-    for r in _rows(engine, "consumer_groups",
-                   ["group_id", "group_type", "group_state", "protocol_type", "num_members",
-                    "offsets_partition", "last_record_offset", "generation", "assignment_epoch"],
-                   cluster_id):
-        state.groups[r["group_id"]] = r
-    for r in _rows(engine, "group_members", ["group_id", "member_id"], cluster_id):
-        state.members.setdefault(r["group_id"], set()).add(r["member_id"])
-    tomb = pc.field("is_tombstone") & pc.field("record_type").isin(list(_GROUP_TOMBSTONE_TYPES))
-    for r in _rows(engine, "group_records_latest", ["group_id"], cluster_id, tomb):
-        if r["group_id"] not in state.groups:
-            state.tombstoned.add(r["group_id"])
-    if engine.exists("offsets_raw"):
-        raw = engine.read("offsets_raw", columns=["offsets_partition", "offset"],
-                          filter_expr=_cluster_filter(cluster_id))
-        if raw.num_rows:
-            ends = raw.group_by("offsets_partition").aggregate([("offset", "max")])
-            state.log_end = {int(p): int(m) + 1 for p, m in zip(
-                ends.column("offsets_partition").to_pylist(),
-                ends.column("offset_max").to_pylist(), strict=True)}
-    return state
-
-
-def load_snapshot_state(engine: DeltaEngine, info: SnapshotInfo) -> SnapshotState:
-    """Read one stored snapshot back into dicts."""
-    tables = read_snapshot(engine, info.snapshot_id, info.cluster_id)
-    snap = SnapshotState(info=info)
-    for r in tables["snapshot_offsets"].to_pylist():
-        if r["topic"] is None:
-            snap.group_errors[r["group_id"]] = (int(r["error_code"] or 0), r["error_name"])
-        else:
-            snap.offsets[(r["group_id"], r["topic"], r["partition"])] = r
-    for r in tables["snapshot_groups"].to_pylist():
-        snap.groups[r["group_id"]] = r
-        if r.get("group_epoch") is not None and not r["error_code"]:
-            # described (Consumer/Share/StreamsGroupDescribe): its member list is the broker's
-            # answer even when empty, so a member only the lake holds is a mismatch
-            snap.members.setdefault(r["group_id"], set())
-    for r in tables["snapshot_members"].to_pylist():
-        snap.members.setdefault(r["group_id"], set()).add(r["member_id"])
-    for r in tables["snapshot_points"].to_pylist():
-        snap.points[int(r["offsets_partition"])] = (r["high_watermark"], r["last_stable_offset"])
-    return snap
 
 
 def resolve_num_partitions(info: SnapshotInfo | None, flag: int | None
@@ -609,8 +466,6 @@ def run_reconcile(lake: str | Path, *, cluster_id: str = "default", gate: bool =
         summary["gate"] = {"ran": False, "why": "__consumer_offsets partition count unknown"}
         passed = False
     elif gate:
-        from pipelines.reconcile.quality import run_quality_gate
-
         quality = run_quality_gate(
             engine, cluster_id=cluster_id, reconciliation=rec.table,
             reconcile_id=rec.reconcile_id, snapshot_id=rec.snapshot.snapshot_id,
@@ -659,6 +514,5 @@ def _blockers(rec: Reconciliation, allow_partial: bool) -> list[str]:
     return out
 
 
-__all__ = ["CLASSES", "EXPLAINED", "TRANSIENT_STATES", "LakeState", "NoSnapshotError",
-           "ReconcileResult", "Reconciliation", "SnapshotState", "classify", "load_lake_state",
-           "load_snapshot_state", "reconcile", "resolve_num_partitions", "run_reconcile"]
+__all__ = ["NoSnapshotError", "ReconcileResult", "Reconciliation", "classify", "reconcile",
+           "resolve_num_partitions", "run_reconcile"]

@@ -13,7 +13,7 @@ same snapshot twice (a retried job, a recorded capture) is a no-op per table.
 
 Public API: :func:`take_snapshot` (live cluster -> lake, the CLI's ``snapshot``),
 :func:`store_snapshot` (any :class:`ClusterSnapshot`, e.g. from
-:func:`~pipelines.reconcile.cluster.snapshot_from_recorded`), :func:`latest_snapshot`,
+:func:`~pipelines.reconcile.cluster.recorded.snapshot_from_recorded`), :func:`latest_snapshot`,
 :func:`read_snapshot`, :class:`SnapshotInfo`.
 """
 
@@ -34,8 +34,9 @@ import pyarrow.compute as pc
 from pipelines.kafka_options import normalize
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, DeltaRsEngine
-from pipelines.reconcile.cluster import ClusterSnapshot, capture_snapshot
-from pipelines.reconcile.record_times import RATE_WINDOW_S
+from pipelines.reconcile.cluster.live import capture_snapshot
+from pipelines.reconcile.cluster.record_times import RATE_WINDOW_S
+from pipelines.reconcile.cluster.rows import ClusterSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +291,7 @@ def take_snapshot(lake: str | Path, bootstrap_servers: str, *, cluster_id: str =
     ``request_timeout_ms``, ``max_retries``, ...) and kafka-python client settings
     (``security_protocol``, ``sasl_mechanism``, ...; dotted Java-style keys are accepted and
     turned into kafka-python's underscores). Returns a JSON-able summary for the CLI.
-    Raises :class:`~pipelines.reconcile.cluster.ClusterUnreachable` like the capture.
+    Raises :class:`~pipelines.reconcile.cluster.errors.ClusterUnreachable` like the capture.
     """
     config = _client_config(kafka_config or {})
     engine = engine or DeltaRsEngine(lake)

@@ -135,7 +135,7 @@ _EARLIEST = -2
 
 # kafka-python 3.0.12 has no ConsumerGroupDescribe (KIP-848); the client module defines it
 # from Kafka's schema, and the fake broker answers with the very same classes.
-from pipelines.reconcile.cluster import (  # noqa: E402
+from pipelines.reconcile.cluster.messages import (  # noqa: E402
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ShareGroupDescribeRequest,

@@ -18,7 +18,7 @@ Definitions (also in the snapshot_lag contract):
   log end (caught up); null with a reason otherwise (:data:`REASONS`).
 
 Pure decisions and decoding here know nothing of sockets; the one coroutine takes the I/O as
-callables, so :mod:`pipelines.reconcile.cluster` runs it on kafka-python's I/O thread.
+callables, so :mod:`pipelines.reconcile.cluster.capture` runs it on kafka-python's I/O thread.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.consumer import FetchRequest
 from kafka.record.memory_records import MemoryRecords
+
+from pipelines.reconcile.cluster.errors import error_name
 
 log = logging.getLogger(__name__)
 
@@ -176,17 +178,16 @@ class RecordTimes:
 
 SendMany = Callable[[Mapping[int, Any]], Awaitable[dict[int, Any]]]
 Leaders = Callable[[Sequence[str]], Awaitable[dict[tuple[str, int], int]]]
+TP = tuple[str, int]
 
 
 def _error_reason(code: int) -> str:
-    from pipelines.reconcile.cluster import error_name
-
     return f"fetch_error:{error_name(code)}"
 
 
-async def fetch_record_times(wanted: Mapping[tuple[str, int], set[int]],
-                             newest: Mapping[tuple[str, int], int],
-                             starts: Mapping[tuple[str, int], int | None],
+async def fetch_record_times(wanted: Mapping[TP, set[int]],
+                             newest: Mapping[TP, int],
+                             starts: Mapping[TP, int | None],
                              *, leaders: Leaders, send_many: SendMany, max_retries: int,
                              code_of: Callable[[BaseException], int],
                              leader_retry: frozenset[int],
@@ -204,90 +205,156 @@ async def fetch_record_times(wanted: Mapping[tuple[str, int], set[int]],
     of partitions. Leader moves refresh the leaders (``leaders``) and retry, up to
     ``max_retries`` times per partition, after ``sleep(attempt)`` (the caller's backoff).
     """
-    out = RecordTimes()
-    pending: dict[tuple[str, int], list[int]] = {}
-    for tp in set(wanted) | set(newest):
-        offsets = set(wanted.get(tp, ()))
-        if tp in newest:
-            offsets.add(newest[tp])
-        pending[tp] = sorted(offsets)
-    limits: dict[tuple[str, int], int] = defaultdict(lambda: PARTITION_BYTES)
-    retries: dict[tuple[str, int], int] = defaultdict(int)
-    lead: dict[tuple[str, int], int] = {}
-    stale = True
-
-    def resolve(tp: tuple[str, int], offset: int, found: RecordTime) -> None:
-        if offset in wanted.get(tp, ()):
-            out.at[(tp[0], tp[1], offset)] = found
-        if newest.get(tp) == offset:
-            out.newest[tp] = found
-        if offset in pending.get(tp, ()):
-            pending[tp].remove(offset)
-
-    def fail_all(tp: tuple[str, int], reason: str) -> None:
-        for offset in list(pending.get(tp, ())):
-            resolve(tp, offset, RecordTime(None, None, reason))
-
+    reader = _Rounds(wanted, newest, starts, max_retries=max_retries, code_of=code_of,
+                     leader_retry=leader_retry)
     guard = 0
-    while any(pending.values()):
+    while any(reader.pending.values()):
         guard += 1
         if guard > 10_000:  # cannot happen: every round resolves, escalates or retries
-            for tp in pending:
-                fail_all(tp, "fetch_incomplete")
+            for tp in reader.pending:
+                reader.fail_all(tp, "fetch_incomplete")
             break
-        if stale:
+        if reader.stale:
             if guard > 1 and sleep is not None:
-                await sleep(max(retries.values(), default=1))
-            lead = await leaders(sorted({t for t, _ in pending}))
-            stale = False
-        by_node: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
-        for tp, offsets in sorted(pending.items()):
-            if not offsets:
-                continue
-            node = lead.get(tp)
-            if node is None or node < 0:
-                retries[tp] += 1
-                if node is None or retries[tp] > max_retries:
-                    fail_all(tp, _error_reason(Errors.UnknownTopicOrPartitionError.errno
-                                               if node is None
-                                               else Errors.LeaderNotAvailableError.errno))
-                else:
-                    stale = True
-                continue
-            by_node[node].append((tp[0], tp[1], offsets[0]))
+                await sleep(max(reader.retries.values(), default=1))
+            reader.lead = await leaders(sorted({t for t, _ in reader.pending}))
+            reader.stale = False
+        by_node = reader.route()
         if not by_node:
             continue
-        requests = {node: _fetch_request(parts, limits) for node, parts in by_node.items()}
-        out.fetch_requests += len(requests)
+        requests = {node: _fetch_request(parts, reader.limits)
+                    for node, parts in by_node.items()}
+        reader.out.fetch_requests += len(requests)
         answers = await send_many(requests)
         for node, parts in by_node.items():
-            answer = answers.get(node)
-            asked = {(t, p): o for t, p, o in parts}
-            if isinstance(answer, BaseException) or answer is None:
-                code = code_of(answer) if isinstance(answer, BaseException) else -1
-                for tp in asked:
-                    if code in leader_retry and retries[tp] < max_retries:
-                        retries[tp] += 1
-                        stale = True
-                    else:
-                        resolve(tp, asked[tp], RecordTime(None, None, _error_reason(code)))
+            reader.absorb(answers.get(node), {(t, p): o for t, p, o in parts})
+    return reader.out
+
+
+class _Rounds:
+    """The state of one :func:`fetch_record_times` call between rounds: offsets still
+    pending per partition, byte limits, retries and the leaders last looked up."""
+
+    def __init__(self, wanted: Mapping[TP, set[int]], newest: Mapping[TP, int],
+                 starts: Mapping[TP, int | None], *, max_retries: int,
+                 code_of: Callable[[BaseException], int], leader_retry: frozenset[int]) -> None:
+        self.wanted, self.newest, self.starts = wanted, newest, starts
+        self.max_retries, self.code_of, self.leader_retry = max_retries, code_of, leader_retry
+        self.out = RecordTimes()
+        self.pending: dict[TP, list[int]] = {}
+        for tp in set(wanted) | set(newest):
+            offsets = set(wanted.get(tp, ()))
+            if tp in newest:
+                offsets.add(newest[tp])
+            self.pending[tp] = sorted(offsets)
+        self.limits: dict[TP, int] = defaultdict(lambda: PARTITION_BYTES)
+        self.retries: dict[TP, int] = defaultdict(int)
+        self.lead: dict[TP, int] = {}
+        self.stale = True
+
+    def resolve(self, tp: TP, offset: int, found: RecordTime) -> None:
+        if offset in self.wanted.get(tp, ()):
+            self.out.at[(tp[0], tp[1], offset)] = found
+        if self.newest.get(tp) == offset:
+            self.out.newest[tp] = found
+        if offset in self.pending.get(tp, ()):
+            self.pending[tp].remove(offset)
+
+    def fail_all(self, tp: TP, reason: str) -> None:
+        for offset in list(self.pending.get(tp, ())):
+            self.resolve(tp, offset, RecordTime(None, None, reason))
+
+    def route(self) -> dict[int, list[tuple[str, int, int]]]:
+        """This round's (topic, partition, smallest pending offset) per leader; partitions
+        without a leader are retried (leaders looked up again) or failed."""
+        by_node: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+        for tp, offsets in sorted(self.pending.items()):
+            if not offsets:
                 continue
-            for topic in answer.responses:
-                for pd in topic.partitions:
-                    tp = (topic.topic, pd.partition_index)
-                    if tp not in asked:
-                        continue
-                    stale |= _handle(tp, asked.pop(tp), pd, pending, starts, limits, retries,
-                                     max_retries, leader_retry, resolve, fail_all)
-            for tp, offset in asked.items():  # the broker left a partition out: ask again
-                retries[tp] += 1
-                if retries[tp] > max_retries:
-                    resolve(tp, offset, RecordTime(None, None, "fetch_incomplete"))
-    return out
+            node = self.lead.get(tp)
+            if node is None or node < 0:
+                self.retries[tp] += 1
+                if node is None or self.retries[tp] > self.max_retries:
+                    self.fail_all(tp, _error_reason(Errors.UnknownTopicOrPartitionError.errno
+                                                    if node is None
+                                                    else Errors.LeaderNotAvailableError.errno))
+                else:
+                    self.stale = True
+                continue
+            by_node[node].append((tp[0], tp[1], offsets[0]))
+        return by_node
+
+    def absorb(self, answer: Any, asked: dict[TP, int]) -> None:
+        """One broker's Fetch answer (or the exception its request raised)."""
+        if isinstance(answer, BaseException) or answer is None:
+            code = self.code_of(answer) if isinstance(answer, BaseException) else -1
+            for tp in asked:
+                if code in self.leader_retry and self.retries[tp] < self.max_retries:
+                    self.retries[tp] += 1
+                    self.stale = True
+                else:
+                    self.resolve(tp, asked[tp], RecordTime(None, None, _error_reason(code)))
+            return
+        for topic in answer.responses:
+            for pd in topic.partitions:
+                tp = (topic.topic, pd.partition_index)
+                if tp in asked:
+                    self.stale |= self.handle(tp, asked.pop(tp), pd)
+        for tp, offset in asked.items():  # the broker left a partition out: ask again
+            self.retries[tp] += 1
+            if self.retries[tp] > self.max_retries:
+                self.resolve(tp, offset, RecordTime(None, None, "fetch_incomplete"))
+
+    def handle(self, tp: TP, offset: int, pd: Any) -> bool:
+        """One partition's Fetch answer; returns True when the leaders must be looked up
+        again."""
+        code = pd.error_code
+        if code == _OFFSET_OUT_OF_RANGE:
+            start = self.starts.get(tp)
+            below = (start is not None and offset < start) or (
+                pd.log_start_offset is not None and offset < pd.log_start_offset)
+            self.resolve(tp, offset, RecordTime(None, None, "committed_before_log_start"
+                                                if below else _error_reason(code)))
+            return False
+        if code in self.leader_retry:
+            self.retries[tp] += 1
+            if self.retries[tp] > self.max_retries:
+                self.fail_all(tp, _error_reason(code))
+            return True
+        if code != 0:
+            self.fail_all(tp, _error_reason(code))
+            return False
+        try:
+            records, covered = decode_records(pd.records)
+        except Exception as exc:  # a corrupt or unsupported batch must not abort the snapshot
+            log.warning("%s-%d: undecodable Fetch answer at offset %d: %s", tp[0], tp[1],
+                        offset, exc)
+            self.resolve(tp, offset, RecordTime(None, None, "undecodable_batch"))
+            return False
+        mine = set(self.pending.get(tp, ()))
+        for rec_offset, ts in records:  # skip to the exact offsets inside the returned batches
+            if rec_offset in mine:
+                self.resolve(tp, rec_offset, RecordTime(rec_offset, ts if ts >= 0 else None,
+                                                        None if ts >= 0 else "no_timestamp"))
+        if offset in self.pending.get(tp, ()):
+            self.resolve_missing(tp, offset, covered, bool(records), pd.last_stable_offset)
+        return False
+
+    def resolve_missing(self, tp: TP, offset: int, covered: int, any_records: bool,
+                        stable: int | None) -> None:
+        """The asked offset was not among the records returned: absent (its batch came
+        back without it), past the LSO, or its batch did not fit the limit (ask bigger)."""
+        if covered >= offset or any_records:
+            self.resolve(tp, offset, RecordTime(None, None, "committed_record_absent"))
+        elif stable is not None and stable >= 0 and offset >= stable:
+            self.resolve(tp, offset, RecordTime(None, None, "beyond_last_stable_offset"))
+        elif self.limits[tp] >= MAX_PARTITION_BYTES:
+            self.resolve(tp, offset, RecordTime(None, None, "fetch_incomplete"))
+        else:  # the batch is larger than the limit (or the response was full): ask bigger
+            self.limits[tp] = min(self.limits[tp] * 16, MAX_PARTITION_BYTES)
 
 
-def _fetch_request(parts: Sequence[tuple[str, int, int]],
-                   limits: Mapping[tuple[str, int], int]) -> Any:
+def _fetch_request(parts: Sequence[tuple[str, int, int]], limits: Mapping[TP, int]) -> Any:
     T = FetchRequest.FetchTopic
     P = T.FetchPartition
     topics: dict[str, list[Any]] = defaultdict(list)
@@ -301,59 +368,6 @@ def _fetch_request(parts: Sequence[tuple[str, int, int]],
         isolation_level=_READ_COMMITTED, session_id=0, session_epoch=-1,
         topics=[T(topic=t, partitions=ps) for t, ps in sorted(topics.items())],
         forgotten_topics_data=[], rack_id="", min_version=4, max_version=12)
-
-
-def _handle(tp: tuple[str, int], offset: int, pd: Any,
-            pending: dict[tuple[str, int], list[int]],
-            starts: Mapping[tuple[str, int], int | None], limits: dict[tuple[str, int], int],
-            retries: dict[tuple[str, int], int], max_retries: int, leader_retry: frozenset[int],
-            resolve: Callable[[tuple[str, int], int, RecordTime], None],
-            fail_all: Callable[[tuple[str, int], str], None]) -> bool:
-    """One partition's Fetch answer; returns True when the leaders must be looked up again."""
-    code = pd.error_code
-    if code == _OFFSET_OUT_OF_RANGE:
-        start = starts.get(tp)
-        below = (start is not None and offset < start) or (
-            pd.log_start_offset is not None and offset < pd.log_start_offset)
-        resolve(tp, offset, RecordTime(None, None, "committed_before_log_start" if below
-                                       else _error_reason(code)))
-        return False
-    if code in leader_retry:
-        retries[tp] += 1
-        if retries[tp] > max_retries:
-            fail_all(tp, _error_reason(code))
-        return True
-    if code != 0:
-        fail_all(tp, _error_reason(code))
-        return False
-    try:
-        records, covered = decode_records(pd.records)
-    except Exception as exc:  # a corrupt or unsupported batch must not abort the snapshot
-        log.warning("%s-%d: undecodable Fetch answer at offset %d: %s", tp[0], tp[1], offset,
-                    exc)
-        resolve(tp, offset, RecordTime(None, None, "undecodable_batch"))
-        return False
-    mine = set(pending.get(tp, ()))
-    for rec_offset, ts in records:  # skip to the exact offsets inside the returned batches
-        if rec_offset in mine:
-            resolve(tp, rec_offset, RecordTime(rec_offset, ts if ts >= 0 else None,
-                                               None if ts >= 0 else "no_timestamp"))
-    if offset not in pending.get(tp, ()):
-        return False
-    if covered >= offset:  # the batch holding the offset came back without that record
-        resolve(tp, offset, RecordTime(None, None, "committed_record_absent"))
-        return False
-    if not records:
-        stable = pd.last_stable_offset
-        if stable is not None and stable >= 0 and offset >= stable:
-            resolve(tp, offset, RecordTime(None, None, "beyond_last_stable_offset"))
-        elif limits[tp] >= MAX_PARTITION_BYTES:
-            resolve(tp, offset, RecordTime(None, None, "fetch_incomplete"))
-        else:  # the batch is larger than the limit (or the response was full): ask bigger
-            limits[tp] = min(limits[tp] * 16, MAX_PARTITION_BYTES)
-        return False
-    resolve(tp, offset, RecordTime(None, None, "committed_record_absent"))
-    return False
 
 
 __all__ = [
