@@ -343,23 +343,7 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
             log.debug("batch %d handed over %.2fs after the query started", batch_id,
                       time.perf_counter() - started)
             try:
-                batch_started = time.perf_counter()
-                now = datetime.now(timezone.utc)
-                tables = pending_history(engine, app_id, batch_id)
-                if engine.commits_files:
-                    parts = history_parts_on_executors(df, batch_id, now, engine.location,
-                                                       tables)
-                elif hasattr(engine, "append_frame"):  # delta-spark: executors write through Delta
-                    parts = write_history_with_spark(engine, df, batch_id, now, tables, app_id)
-                else:
-                    parts = [history_part(unpacked(df.toArrow()), batch_id, now, None, tables)]
-                decoded = time.perf_counter()
-                commit_batch(engine, parts, batch_id, app_id, now, report)
-                log.debug("batch %d: decoded and written %.2fs, committed %.2fs", batch_id,
-                          decoded - batch_started, time.perf_counter() - decoded)
-                if progress is not None:
-                    progress.set_postfix(batches=report.batches, refresh=False)
-                    progress.update(report.records - progress.n)
+                _write_batch(engine, df, batch_id, app_id, report, progress)
             except BaseException as exc:  # surfaces through Spark as the batch's failure
                 outcome["error"] = exc
             finally:
@@ -379,13 +363,42 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
             progress.close()
     if query.exception() is not None:
         raise RuntimeError(f"ingest query failed: {query.exception()}")
+    _source_facts(cfg, identity, engine, report, fresh)
+    return report
+
+
+def _write_batch(engine: DeltaEngine, df, batch_id: int, app_id: str, report: IngestReport,
+                 progress) -> None:
+    """One micro-batch, on the main thread: its history written (by the executors, through
+    delta-spark, or here), then the batch committed to the state tables."""
+    batch_started = time.perf_counter()
+    now = datetime.now(timezone.utc)
+    tables = pending_history(engine, app_id, batch_id)
+    if engine.commits_files:
+        parts = history_parts_on_executors(df, batch_id, now, engine.location, tables)
+    elif hasattr(engine, "append_frame"):  # delta-spark: executors write through Delta
+        parts = write_history_with_spark(engine, df, batch_id, now, tables, app_id)
+    else:
+        parts = [history_part(unpacked(df.toArrow()), batch_id, now, None, tables)]
+    decoded = time.perf_counter()
+    commit_batch(engine, parts, batch_id, app_id, now, report)
+    log.debug("batch %d: decoded and written %.2fs, committed %.2fs", batch_id,
+              decoded - batch_started, time.perf_counter() - decoded)
+    if progress is not None:
+        progress.set_postfix(batches=report.batches, refresh=False)
+        progress.update(report.records - progress.n)
+
+
+def _source_facts(cfg: IngestConfig, identity: SourceIdentity, engine: DeltaEngine,
+                  report: IngestReport, fresh: bool) -> None:
+    """After the query: the source's unreadable regions and whether it held nothing, into
+    the report and the ``ingest_problems`` table (``--strict`` decides on them)."""
     if cfg.source == "segments":
         report.problems = source_problems(cfg.path, cfg.checkpoint_dir / "segment_index")
         report.empty_source = empty_segments(cfg.path, report)
     elif fresh and report.records == 0:
         report.empty_source = f"the first read of {identity.describe()} found no record"
     record_problems(engine, identity, report)
-    return report
 
 
 def _progress_bar(wanted: bool):

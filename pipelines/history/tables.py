@@ -74,26 +74,8 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
     group_rows: list[dict] = []
     group_records: list[GroupRecord] = []
     if len(deferred):
-        sub = raw.select(["cluster_id", "offsets_partition", "offset", "timestamp", "key",
-                          "value"]).take(pa.array(deferred))
-        d_type, d_status, d_error = [], [], []
-        for row in (sub.select(["cluster_id", "offsets_partition", "offset", "timestamp",
-                                            "key", "value"]).to_pylist()):
-            rec = decode_record(row["key"], row["value"])
-            d_type.append(rec.record_type)
-            d_status.append(rec.decode_status)
-            d_error.append(rec.decode_error)
-            if rec.decode_status not in (OK, TOMBSTONE):
-                continue
-            subkey = next((rec.key[k] for k in GROUP_SUBKEYS if k in rec.key), "")
-            latest = LatestRecord(rec.record_type, subkey, rec.value is None, rec.value,
-                                  row["offsets_partition"], row["offset"], row["timestamp"],
-                                  rec.value_version)
-            group_records.append(GroupRecord(row["cluster_id"], rec.group_id, latest))
-            group_row = _group_metadata_row(rec.group_id, subkey, rec, row["offsets_partition"],
-                                            row["offset"], row["timestamp"])
-            group_row.update(cluster_id=row["cluster_id"], ingested_at=ingested_at)
-            group_rows.append(group_row)
+        d_type, d_status, d_error = _decode_deferred(raw, deferred, ingested_at, group_rows,
+                                                     group_records)
         mask = np.zeros(n, dtype=bool)
         mask[deferred] = True
         mask_arr = pa.array(mask)
@@ -108,7 +90,51 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
     offsets_raw = offsets_raw.append_column("decode_error", error)
     offsets_raw = offsets_raw.append_column("ingested_at", stamps)
     offsets_raw = offsets_raw.append_column("ingest_batch_id", pa.array(np.full(n, batch_id, np.int64)))
+    offset_commits = _offset_commits(raw, offsets, record_type, status, stamps)
+    gm_contract = contract("group_metadata")
+    group_metadata = pa.Table.from_pylist(group_rows, schema=gm_contract.arrow_schema) if group_rows \
+        else gm_contract.arrow_schema.empty_table()
+    return HistoryBatch(
+        offsets_raw=contract("offsets_raw").conform(offsets_raw),
+        offset_commits=contract("offset_commits").conform(offset_commits),
+        group_metadata=group_metadata,
+        group_records=group_records,
+    )
 
+
+def _decode_deferred(raw: pa.Table, deferred: np.ndarray, ingested_at: datetime,
+                     group_rows: list[dict], group_records: list[GroupRecord]
+                     ) -> tuple[list, list, list]:
+    """The rows the columnar decoder left (group records, malformed ones) decoded one by
+    one: their (record type, status, error) columns; each group record that decoded is
+    appended to ``group_rows`` (its ``group_metadata`` row) and ``group_records``."""
+    sub = raw.select(["cluster_id", "offsets_partition", "offset", "timestamp", "key",
+                      "value"]).take(pa.array(deferred))
+    d_type, d_status, d_error = [], [], []
+    for row in (sub.select(["cluster_id", "offsets_partition", "offset", "timestamp",
+                                        "key", "value"]).to_pylist()):
+        rec = decode_record(row["key"], row["value"])
+        d_type.append(rec.record_type)
+        d_status.append(rec.decode_status)
+        d_error.append(rec.decode_error)
+        if rec.decode_status not in (OK, TOMBSTONE):
+            continue
+        subkey = next((rec.key[k] for k in GROUP_SUBKEYS if k in rec.key), "")
+        latest = LatestRecord(rec.record_type, subkey, rec.value is None, rec.value,
+                              row["offsets_partition"], row["offset"], row["timestamp"],
+                              rec.value_version)
+        group_records.append(GroupRecord(row["cluster_id"], rec.group_id, latest))
+        group_row = _group_metadata_row(rec.group_id, subkey, rec, row["offsets_partition"],
+                                        row["offset"], row["timestamp"])
+        group_row.update(cluster_id=row["cluster_id"], ingested_at=ingested_at)
+        group_rows.append(group_row)
+    return d_type, d_status, d_error
+
+
+def _offset_commits(raw: pa.Table, offsets: pa.Table, record_type: pa.Array, status: pa.Array,
+                    stamps: pa.Array) -> pa.Table:
+    """The ``offset_commits`` rows: the decoded offset commits and tombstones beside their
+    record's position, timestamp and producer (other record types filtered out)."""
     is_offset = pc.and_(pc.is_in(record_type, value_set=pa.array([0, 1], pa.int16())),
                         pc.is_in(status, value_set=pa.array([OK, TOMBSTONE])))
     is_offset = pc.fill_null(is_offset, False)
@@ -119,7 +145,7 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
         oc, src = oc.filter(is_offset), src.filter(is_offset)
     topic_id = oc.column("topic_id")
     topic_id = pc.if_else(pc.equal(topic_id, ZERO_UUID), pa.nulls(len(topic_id), pa.string()), topic_id)
-    offset_commits = pa.table({
+    return pa.table({
         "cluster_id": src.column("cluster_id"),
         "group_id": oc.column("group_id"),
         "topic": oc.column("topic"),
@@ -140,15 +166,6 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
         "is_transactional": src.column("is_transactional"),
         "ingested_at": stamps[: src.num_rows],
     })
-    gm_contract = contract("group_metadata")
-    group_metadata = pa.Table.from_pylist(group_rows, schema=gm_contract.arrow_schema) if group_rows \
-        else gm_contract.arrow_schema.empty_table()
-    return HistoryBatch(
-        offsets_raw=contract("offsets_raw").conform(offsets_raw),
-        offset_commits=contract("offset_commits").conform(offset_commits),
-        group_metadata=group_metadata,
-        group_records=group_records,
-    )
 
 
 def _epoch_of(value: dict) -> int | None:

@@ -101,70 +101,91 @@ def generation_changes(
     *before* the events (it is updated by the type-5 events); ``unfilled_rows`` are stored
     KIP-848 rows of those groups still without member metadata (client id null).
     """
-    members = dict(members or {})
-    topologies = dict(topologies or {})  # streams group -> its topology record (type 23) before the events
-    open_by_key: dict[GenKey, dict[str, Any]] = {_key(r): dict(r) for r in open_rows}
-    unfilled: dict[GenKey, dict[str, Any]] = {
-        _key(r): dict(r) for r in unfilled_rows
-        if r["group_type"] in ("consumer", "streams") and r["client_id"] is None and _key(r) not in open_by_key}
-    changed: dict[GenKey, dict[str, Any]] = {}
-
-    def fill(group_id: str, member_id: str, info: dict[str, Any]) -> None:
-        attrs = _member_attrs(info)
-        for rows in (open_by_key, changed, unfilled):
-            for key, row in list(rows.items()):
-                if key[0] == group_id and key[2] == member_id and row["group_type"] in ("consumer", "streams") \
-                        and row["client_id"] is None:
-                    row.update(attrs, updated_at=updated_at)
-                    changed[key] = open_by_key.get(key, row)
-
-    def close(keys: list[GenKey], rec: LatestRecord) -> None:
-        for key in keys:
-            row = open_by_key.pop(key)
-            row.update(valid_to=rec.record_timestamp, valid_to_offset=rec.offset, updated_at=updated_at)
-            changed[key] = row
-
-    def open_(new: dict[GenKey, dict[str, Any]], rec: LatestRecord) -> None:
-        for key, attrs in new.items():
-            if key in open_by_key:
-                continue  # same owner, same generation: still the same ownership
-            row = {"cluster_id": cluster_id, "group_id": key[0], "generation": key[1],
-                   "member_id": key[2], "topic": key[3], "partition": key[4], **attrs,
-                   "valid_from": rec.record_timestamp, "valid_to": None,
-                   "valid_from_offset": rec.offset, "valid_to_offset": None,
-                   "offsets_partition": rec.offsets_partition, "updated_at": updated_at}
-            open_by_key[key] = row
-            changed[key] = row
-
+    replay = _Replay(open_rows, topic_names, cluster_id, updated_at, members, unfilled_rows,
+                     topologies)
     for group_id, rec in sorted(events, key=lambda e: (e[1].offsets_partition, e[1].offset)):
+        replay.apply(group_id, rec)
+    return list(replay.changed.values())
+
+
+class _Replay:
+    """The replay's state: the open rows by key, the rows changed so far, the stored rows
+    still waiting for their member's metadata, and the members' and topologies' records."""
+
+    def __init__(self, open_rows: Iterable[dict[str, Any]], topic_names: dict[str, str],
+                 cluster_id: str, updated_at: datetime,
+                 members: dict[tuple[str, str], dict[str, Any]] | None,
+                 unfilled_rows: Iterable[dict[str, Any]],
+                 topologies: dict[str, dict[str, Any]] | None) -> None:
+        self.topic_names, self.cluster_id, self.updated_at = topic_names, cluster_id, updated_at
+        self.members = dict(members or {})
+        # streams group -> its topology record (type 23) before the events
+        self.topologies = dict(topologies or {})
+        self.open_by_key: dict[GenKey, dict[str, Any]] = {_key(r): dict(r) for r in open_rows}
+        self.unfilled: dict[GenKey, dict[str, Any]] = {
+            _key(r): dict(r) for r in unfilled_rows
+            if r["group_type"] in ("consumer", "streams") and r["client_id"] is None
+            and _key(r) not in self.open_by_key}
+        self.changed: dict[GenKey, dict[str, Any]] = {}
+
+    def apply(self, group_id: str, rec: LatestRecord) -> None:
+        """One group record, in log order."""
+        open_by_key, members = self.open_by_key, self.members
         in_group = [k for k in open_by_key if k[0] == group_id]
         if rec.record_type == 2:
             new = {} if rec.is_tombstone else _classic_rows(group_id, rec)
-            close([k for k in in_group if open_by_key[k]["group_type"] == "classic" and k not in new], rec)
-            open_(new, rec)
+            self.close([k for k in in_group if open_by_key[k]["group_type"] == "classic" and k not in new], rec)
+            self.open_(new, rec)
         elif rec.record_type == 8:
             mine = [k for k in in_group if k[2] == rec.subkey and open_by_key[k]["group_type"] == "consumer"]
             info = members.get((group_id, rec.subkey), {})
-            new = {} if rec.is_tombstone else _member_rows(group_id, rec, topic_names, info)
-            close([k for k in mine if k not in new], rec)
-            open_(new, rec)
+            new = {} if rec.is_tombstone else _member_rows(group_id, rec, self.topic_names, info)
+            self.close([k for k in mine if k not in new], rec)
+            self.open_(new, rec)
         elif rec.record_type == 22:
             mine = [k for k in in_group if k[2] == rec.subkey and open_by_key[k]["group_type"] == "streams"]
             info = members.get((group_id, rec.subkey), {})
-            new = {} if rec.is_tombstone else _streams_rows(group_id, rec, topologies.get(group_id), info)
-            close([k for k in mine if k not in new], rec)
-            open_(new, rec)
+            new = {} if rec.is_tombstone else _streams_rows(group_id, rec, self.topologies.get(group_id), info)
+            self.close([k for k in mine if k not in new], rec)
+            self.open_(new, rec)
         elif rec.record_type == 23:
             if rec.value:
-                topologies[group_id] = rec.value
+                self.topologies[group_id] = rec.value
         elif rec.record_type == 17 and rec.is_tombstone:
-            close([k for k in in_group if open_by_key[k]["group_type"] == "streams"], rec)
+            self.close([k for k in in_group if open_by_key[k]["group_type"] == "streams"], rec)
         elif rec.record_type in (5, 19):
             if rec.is_tombstone or not rec.value:
                 members.pop((group_id, rec.subkey), None)
             else:
                 members[(group_id, rec.subkey)] = rec.value
-                fill(group_id, rec.subkey, rec.value)
+                self.fill(group_id, rec.subkey, rec.value)
         elif rec.record_type == 3 and rec.is_tombstone:
-            close([k for k in in_group if open_by_key[k]["group_type"] == "consumer"], rec)
-    return list(changed.values())
+            self.close([k for k in in_group if open_by_key[k]["group_type"] == "consumer"], rec)
+
+    def fill(self, group_id: str, member_id: str, info: dict[str, Any]) -> None:
+        """A member's metadata record fills the KIP-848 rows opened before it."""
+        attrs = _member_attrs(info)
+        for rows in (self.open_by_key, self.changed, self.unfilled):
+            for key, row in list(rows.items()):
+                if key[0] == group_id and key[2] == member_id and row["group_type"] in ("consumer", "streams") \
+                        and row["client_id"] is None:
+                    row.update(attrs, updated_at=self.updated_at)
+                    self.changed[key] = self.open_by_key.get(key, row)
+
+    def close(self, keys: list[GenKey], rec: LatestRecord) -> None:
+        for key in keys:
+            row = self.open_by_key.pop(key)
+            row.update(valid_to=rec.record_timestamp, valid_to_offset=rec.offset, updated_at=self.updated_at)
+            self.changed[key] = row
+
+    def open_(self, new: dict[GenKey, dict[str, Any]], rec: LatestRecord) -> None:
+        for key, attrs in new.items():
+            if key in self.open_by_key:
+                continue  # same owner, same generation: still the same ownership
+            row = {"cluster_id": self.cluster_id, "group_id": key[0], "generation": key[1],
+                   "member_id": key[2], "topic": key[3], "partition": key[4], **attrs,
+                   "valid_from": rec.record_timestamp, "valid_to": None,
+                   "valid_from_offset": rec.offset, "valid_to_offset": None,
+                   "offsets_partition": rec.offsets_partition, "updated_at": self.updated_at}
+            self.open_by_key[key] = row
+            self.changed[key] = row
