@@ -60,6 +60,10 @@ def test_wheel_holds_every_package_and_schema(install: WheelInstall) -> None:
         shipped = {Path(n).name for n in names if n.startswith(f"pipelines/schemas/{kind}/")}
         assert shipped == {p.name for p in (REPO / "schemas" / kind).glob("*.json")}, kind
     assert "pipelines/queries/lag_by_group.sql" in names
+    shipped_views = {n for n in names if n.startswith("pipelines/queries/views/")}
+    assert shipped_views == {f"pipelines/queries/views/{p.name}"
+                             for p in (REPO / "pipelines" / "queries" / "views").glob("*.sql")}
+    assert shipped_views, "the queries' shared views are not in the wheel"
 
 
 def test_imports_only_from_the_wheel(install: WheelInstall, outside: Path) -> None:
