@@ -24,8 +24,9 @@ from pipelines.lake.engines import DeltaRsEngine
 from pipelines.reconcile.cluster.recorded import snapshot_from_recorded
 from pipelines.reconcile.quality import run_quality_gate
 from pipelines.reconcile.snapshot import store_snapshot
-from pipelines.sources.segment_source import cluster_of, read_range
-from pipelines.sources.segments import SegmentWriter, find_segments
+from pipelines.sources.record_batches.writer import SegmentWriter
+from pipelines.sources.segments.files import find_segments
+from pipelines.sources.segments.index import cluster_of, read_range
 from pipelines.state.anomalies import KINDS
 from pipelines.state.attribution import REASONS
 from tests.conftest import table_rows

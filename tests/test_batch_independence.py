@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from pipelines.demo import generate_cluster
 from pipelines.ingest import IngestReport, ensure_tables, process_batch
 from pipelines.lake.engines import DeltaRsEngine
-from pipelines.sources.segment_source import cluster_of, read_range
 from pipelines.sources.segments.files import find_segments
+from pipelines.sources.segments.index import cluster_of, read_range
 from tests.conftest import corpus_path, table_rows
 
 TABLES = ("offsets_raw", "offset_commits", "group_metadata", "committed_offsets",

@@ -156,8 +156,8 @@ def test_delta_spark_maintenance_sql() -> None:
 
 
 def _raw_of(segments: Path) -> pa.Table:
-    from pipelines.sources.segment_source import cluster_of, read_range
     from pipelines.sources.segments.files import find_segments
+    from pipelines.sources.segments.index import cluster_of, read_range
 
     batches = [b for plog in find_segments(segments)
                for b in read_range(plog, 0, 1 << 62, cluster_of(plog, "gen"))]

@@ -19,7 +19,8 @@ from pipelines.sources.raw import (
     unpacked,
 )
 from pipelines.sources.record_batches.arrow_reader import index_segments_arrow, read_segments_arrow
-from pipelines.sources.segment_source import (
+from pipelines.sources.segments.files import find_segments
+from pipelines.sources.segments.index import (
     PartitionIndex,
     SegmentIndexCache,
     emitted_table,
@@ -28,7 +29,6 @@ from pipelines.sources.segment_source import (
     read_regions,
     split_ranges,
 )
-from pipelines.sources.segments.files import find_segments
 
 
 def _idx(offsets: list[int]) -> PartitionIndex:
@@ -122,12 +122,12 @@ def test_split_ranges_keeps_every_core_busy_on_one_busy_partition() -> None:
 
 @pytest.mark.spark
 def test_packed_spark_read_carries_the_same_records(spark, rolled_demo: Path) -> None:
-    from pipelines.sources import segment_source
+    from pipelines.sources.segments import spark_source
 
-    segment_source.register(spark)
+    spark_source.register(spark)
 
     def read(packed: str) -> pa.Table:
-        return (spark.read.format(segment_source.NAME).option("path", str(rolled_demo))
+        return (spark.read.format(spark_source.NAME).option("path", str(rolled_demo))
                 .option("cluster_id", "c").option("packed", packed).load().toArrow())
 
     plain, packed = read("false"), read("true")
@@ -140,7 +140,7 @@ def test_packed_spark_read_carries_the_same_records(spark, rolled_demo: Path) ->
 
 def test_index_cache_gives_the_same_index_and_reads_no_log_twice(rolled_demo: Path, tmp_path: Path,
                                                                  monkeypatch) -> None:
-    from pipelines.sources import segment_source
+    from pipelines.sources.segments import index as segment_index
 
     cache = SegmentIndexCache(tmp_path / "cache")
     plogs = find_segments(rolled_demo)
@@ -151,7 +151,7 @@ def test_index_cache_gives_the_same_index_and_reads_no_log_twice(rolled_demo: Pa
     def no_log_reads(segment):
         raise AssertionError(f"{segment.path} read again")
 
-    monkeypatch.setattr(segment_source, "_index_rows", no_log_reads)
+    monkeypatch.setattr(segment_index, "_index_rows", no_log_reads)
     again = [index_partition(p, cache=cache) for p in plogs]
     for a, b, c in zip(fresh, first, again, strict=True):
         for name in ("offsets", "aborted", "run_row", "run_file", "run_pos"):

@@ -14,8 +14,8 @@ from pipelines.decode.records import encode_key, encode_value
 from pipelines.ingest import IngestReport, ensure_tables, process_batch
 from pipelines.lake.engines import DeltaRsEngine
 from pipelines.sources.record_batches.writer import SegmentWriter
-from pipelines.sources.segment_source import cluster_of, read_range
 from pipelines.sources.segments.files import find_segments
+from pipelines.sources.segments.index import cluster_of, read_range
 from tests.conftest import table_rows
 
 T0 = 1_795_000_000_000  # ms

@@ -1,18 +1,19 @@
-"""``offsetlake-segments``: a PySpark Python Data Source over a tree of segment files.
+"""What a read_committed reader of a tree of segment files emits, and how to read it in pieces.
 
-Streaming (with ``availableNow`` and bounded micro-batches) or batch. Offsets are, per
-partition directory, the next log offset to read, so Spark's checkpoint makes reruns
-resume exactly where they stopped. Transaction markers are applied as the coordinator
-does (aborted data dropped, committed kept in place) and reading stops at each
-partition's last stable offset, as a ``read_committed`` consumer would; control records
-themselves are kept (flagged) for the audit trail.
+Why a module of its own: planning is where exactly-once is decided. Per partition directory,
+:func:`index_partition` lists the offsets a ``read_committed`` consumer would be handed
+(transaction markers applied as the coordinator does: aborted data dropped, committed kept in
+place, reading stopped at the last stable offset; control records kept, flagged, for the
+audit trail) and where in the files each one's batch lies; :func:`plan_end_offsets`,
+:func:`split_ranges` and :func:`pack_ranges` cut that into bounded micro-batches and tasks, and
+:func:`read_regions` / :func:`read_range` read one piece back, byte regions only. No Spark here:
+:mod:`.spark_source` adapts this to Spark's DataSource API.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass, field
@@ -25,13 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.sources.batching import spread_budget
-from pipelines.sources.raw import (
-    INDEX_ARROW_SCHEMA,
-    PACKED_ARROW_SCHEMA,
-    RAW_ARROW_SCHEMA,
-    SPARK_RAW_SCHEMA,
-    pack,
-)
+from pipelines.sources.raw import INDEX_ARROW_SCHEMA, RAW_ARROW_SCHEMA, SPARK_RAW_SCHEMA
 from pipelines.sources.record_batches.arrow_reader import (
     bytes_to_arrow,
     index_segments_arrow,
@@ -40,11 +35,6 @@ from pipelines.sources.record_batches.arrow_reader import (
 from pipelines.sources.record_batches.problems import Problem
 from pipelines.sources.record_batches.transactions import fold_arrow, unique_offsets
 from pipelines.sources.segments.files import PartitionLog, find_segments
-
-log = logging.getLogger(__name__)
-
-NAME = "offsetlake-segments"
-
 
 # ----------------------------------------------------------------------------- pure helpers
 
@@ -335,149 +325,3 @@ def pack_ranges(sized: list[tuple[int, tuple]], tasks: int) -> list[list[tuple]]
         bins[lightest].append(item)
         load[lightest] += max(size, 1)
     return bins
-
-
-# ----------------------------------------------------------------------------- Spark
-
-
-def _spark_classes():
-    """Build the Data Source classes lazily so importing this module needs no Spark."""
-    from pyspark.sql.datasource import (
-        DataSource,
-        DataSourceReader,
-        DataSourceStreamReader,
-        InputPartition,
-    )
-    from pyspark.sql.pandas.types import from_arrow_schema
-    from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable,
-        ReadLimit,
-        ReadMaxRows,
-        SupportsTriggerAvailableNow,
-    )
-
-    class SegmentRanges(InputPartition):
-        """One Spark task: offset ranges of one or more partition directories."""
-
-        def __init__(self, ranges: list[tuple]) -> None:
-            super().__init__(tuple(ranges))
-            self.ranges = ranges  # (directory, regions, start, end, aborted, rows, cluster id)
-
-    class _Common:
-        def __init__(self, options: dict[str, str]) -> None:
-            self.root = Path(options["path"])
-            self.cluster_option = options.get("cluster_id", "default")
-            self.rows_per_batch = int(options.get("rows_per_arrow_batch", 65536))
-            self.max_rows = int(options.get("max_records_per_batch", 0)) or None
-            self.max_tasks = int(options.get("max_tasks", 8))
-            self.packed = options.get("packed", "false").lower() == "true"
-            cache_dir = options.get("index_cache_dir")
-            self._cache = SegmentIndexCache(cache_dir) if cache_dir else None
-            self._indexes: dict[str, PartitionIndex] = {}
-            self._logs: dict[str, PartitionLog] = {}
-
-        def __getstate__(self) -> dict:
-            """What a task needs to read: the options, not the driver's index of every offset
-            (megabytes per million records, shipped to every task otherwise)."""
-            state = dict(self.__dict__)
-            state.update(_indexes={}, _logs={}, _target=None, _cache=None)
-            return state
-
-        def _refresh(self) -> dict[str, PartitionIndex]:
-            for plog in find_segments(self.root):
-                key = log_key(self.root, plog)
-                self._logs[key] = plog
-                self._indexes[key] = index_partition(plog, self._indexes.get(key), self._cache)
-                if self._cache:
-                    self._cache.keep(plog.segments)
-            if self._cache:
-                self._cache.prune()
-            return self._indexes
-
-        def _partitions(self, start: dict, end: dict) -> list:
-            if any(key not in self._indexes for key in end):  # a fresh reader replaying a batch
-                self._refresh()
-            pieces = []
-            for rows, key, lo, hi in split_ranges(self._indexes, start, end, self.max_tasks):
-                idx, plog = self._indexes[key], self._logs[key]
-                # rows outside [first emitted, last emitted] of a piece are never emitted
-                first, stop = int(idx.offsets[lo]), int(idx.offsets[hi - 1]) + 1
-                aborted = idx.aborted[(idx.aborted >= first) & (idx.aborted < stop)].tolist()
-                pieces.append((rows, (str(plog.directory), idx.regions(lo, hi), first, stop, aborted, rows,
-                                      cluster_of(plog, self.cluster_option))))
-            return [SegmentRanges(r) for r in pack_ranges(pieces, self.max_tasks) if r]
-
-        def read(self, partition: SegmentRanges) -> Iterator[pa.RecordBatch]:
-            batches = self._read(partition)
-            return pack(batches) if self.packed else batches
-
-        def _read(self, partition: SegmentRanges) -> Iterator[pa.RecordBatch]:
-            for directory, regions, begin, stop, aborted, rows, cluster in partition.ranges:
-                plog = find_segments(directory)[0]
-                batches = list(read_regions(plog.offsets_partition, regions, begin, stop, aborted, cluster,
-                                            self.rows_per_batch))
-                if sum(b.num_rows for b in batches) != rows:  # the files changed since planning
-                    log.warning("%s changed while being read; reading [%d, %d) in full", directory, begin, stop)
-                    batches = read_range(plog, begin, stop, cluster, self.rows_per_batch, [])
-                yield from batches
-
-    class SegmentStreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvailableNow):
-        def __init__(self, options: dict[str, str]) -> None:
-            super().__init__(options)
-            self._target: dict[str, int] | None = None
-
-        def initialOffset(self) -> dict:
-            return {}
-
-        def getDefaultReadLimit(self) -> ReadLimit:
-            return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
-
-        def prepareForTriggerAvailableNow(self) -> None:
-            self._target = plan_end_offsets(self._refresh(), {}, None)
-            log.info("availableNow target: %d partition directories", len(self._target))
-
-        def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
-            start = dict(start or {})
-            indexes = self._refresh()
-            if self._target is not None:  # never read past what existed when the run started
-                indexes = {
-                    k: PartitionIndex(
-                        v.offsets[v.offsets < self._target.get(k, 0)],
-                        v.last_stable_offset,
-                        v.signature,
-                    )
-                    for k, v in indexes.items()
-                }
-            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-            return plan_end_offsets(indexes, start, max_rows)
-
-        def partitions(self, start: dict, end: dict) -> list:
-            return self._partitions(start, end)
-
-        def commit(self, end: dict) -> None:
-            """Advisory only: positions live in Spark's checkpoint (PLATFORM.md)."""
-
-    class SegmentBatchReader(_Common, DataSourceReader):
-        def partitions(self) -> list:
-            return self._partitions({}, plan_end_offsets(self._refresh(), {}, None))
-
-    class SegmentDataSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return NAME
-
-        def schema(self):
-            packed = self.options.get("packed", "false").lower() == "true"
-            return from_arrow_schema(PACKED_ARROW_SCHEMA if packed else SPARK_RAW_SCHEMA)
-
-        def reader(self, schema):
-            return SegmentBatchReader(self.options)
-
-        def streamReader(self, schema):
-            return SegmentStreamReader(self.options)
-
-    return SegmentDataSource
-
-
-def register(spark) -> None:
-    spark.dataSource.register(_spark_classes())

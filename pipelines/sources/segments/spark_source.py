@@ -1,0 +1,203 @@
+"""``offsetlake-segments``: a PySpark Python Data Source over a tree of segment files.
+
+Streaming (with ``availableNow`` and bounded micro-batches) or batch. Offsets are, per
+partition directory, the next log offset to read, so Spark's checkpoint makes reruns
+resume exactly where they stopped. What a read emits, where it stops and how it is cut into
+tasks is :mod:`.index`; this module only adapts that to Spark's DataSource API, and imports
+no Spark until :func:`register` is called.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from pipelines.sources.raw import PACKED_ARROW_SCHEMA, SPARK_RAW_SCHEMA, pack
+from pipelines.sources.segments.files import PartitionLog, find_segments
+from pipelines.sources.segments.index import (
+    PartitionIndex,
+    SegmentIndexCache,
+    cluster_of,
+    index_partition,
+    log_key,
+    pack_ranges,
+    plan_end_offsets,
+    read_range,
+    read_regions,
+    split_ranges,
+)
+
+log = logging.getLogger(__name__)
+
+NAME = "offsetlake-segments"
+
+__all__ = ["NAME", "SegmentPlanner", "register"]
+
+
+def _packed(options: dict[str, str]) -> bool:
+    return options.get("packed", "false").lower() == "true"
+
+
+class SegmentPlanner:
+    """What the batch and the streaming reader share, without Spark: the options, the driver's
+    index of every partition directory, planning a micro-batch into tasks, and a task's read.
+
+    Each range of a task is (directory, byte regions, first offset, end offset, aborted
+    offsets, rows, cluster id).
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.root = Path(options["path"])
+        self.cluster_option = options.get("cluster_id", "default")
+        self.rows_per_batch = int(options.get("rows_per_arrow_batch", 65536))
+        self.max_rows = int(options.get("max_records_per_batch", 0)) or None
+        self.max_tasks = int(options.get("max_tasks", 8))
+        self.packed = _packed(options)
+        cache_dir = options.get("index_cache_dir")
+        self._cache = SegmentIndexCache(cache_dir) if cache_dir else None
+        self._indexes: dict[str, PartitionIndex] = {}
+        self._logs: dict[str, PartitionLog] = {}
+
+    def __getstate__(self) -> dict:
+        """What a task needs to read: the options, not the driver's index of every offset
+        (megabytes per million records, shipped to every task otherwise)."""
+        state = dict(self.__dict__)
+        state.update(_indexes={}, _logs={}, _target=None, _cache=None)
+        return state
+
+    def _refresh(self) -> dict[str, PartitionIndex]:
+        for plog in find_segments(self.root):
+            key = log_key(self.root, plog)
+            self._logs[key] = plog
+            self._indexes[key] = index_partition(plog, self._indexes.get(key), self._cache)
+            if self._cache:
+                self._cache.keep(plog.segments)
+        if self._cache:
+            self._cache.prune()
+        return self._indexes
+
+    def _task_ranges(self, start: dict, end: dict) -> list[list[tuple]]:
+        """The ranges of each task reading ``[start, end)`` (no empty task)."""
+        if any(key not in self._indexes for key in end):  # a fresh reader replaying a batch
+            self._refresh()
+        pieces = []
+        for rows, key, lo, hi in split_ranges(self._indexes, start, end, self.max_tasks):
+            idx, plog = self._indexes[key], self._logs[key]
+            # rows outside [first emitted, last emitted] of a piece are never emitted
+            first, stop = int(idx.offsets[lo]), int(idx.offsets[hi - 1]) + 1
+            aborted = idx.aborted[(idx.aborted >= first) & (idx.aborted < stop)].tolist()
+            pieces.append((rows, (str(plog.directory), idx.regions(lo, hi), first, stop, aborted, rows,
+                                  cluster_of(plog, self.cluster_option))))
+        return [r for r in pack_ranges(pieces, self.max_tasks) if r]
+
+    def _read_ranges(self, ranges: list[tuple]) -> Iterator[pa.RecordBatch]:
+        batches = self._read_raw(ranges)
+        return pack(batches) if self.packed else batches
+
+    def _read_raw(self, ranges: list[tuple]) -> Iterator[pa.RecordBatch]:
+        for directory, regions, begin, stop, aborted, rows, cluster in ranges:
+            plog = find_segments(directory)[0]
+            batches = list(read_regions(plog.offsets_partition, regions, begin, stop, aborted, cluster,
+                                        self.rows_per_batch))
+            if sum(b.num_rows for b in batches) != rows:  # the files changed since planning
+                log.warning("%s changed while being read; reading [%d, %d) in full", directory, begin, stop)
+                batches = read_range(plog, begin, stop, cluster, self.rows_per_batch, [])
+            yield from batches
+
+    def _latest(self, start: dict | None, max_rows: int | None, target: dict[str, int] | None) -> dict:
+        """End offsets of the next micro-batch from ``start``: at most ``max_rows`` records,
+        never past ``target`` (what existed when an availableNow run started)."""
+        start = dict(start or {})
+        indexes = self._refresh()
+        if target is not None:
+            indexes = {
+                k: PartitionIndex(v.offsets[v.offsets < target.get(k, 0)], v.last_stable_offset,
+                                  v.signature)
+                for k, v in indexes.items()
+            }
+        return plan_end_offsets(indexes, start, max_rows)
+
+
+def _spark_classes() -> Any:
+    """Build the Data Source classes lazily so importing this module needs no Spark."""
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceReader,
+        DataSourceStreamReader,
+        InputPartition,
+    )
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    class SegmentRanges(InputPartition):
+        """One Spark task: offset ranges of one or more partition directories."""
+
+        def __init__(self, ranges: list[tuple]) -> None:
+            super().__init__(tuple(ranges))
+            self.ranges = ranges  # see SegmentPlanner
+
+    class SegmentStreamReader(SegmentPlanner, DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, options: dict[str, str]) -> None:
+            super().__init__(options)
+            self._target: dict[str, int] | None = None
+
+        def initialOffset(self) -> dict:
+            return {}
+
+        def getDefaultReadLimit(self) -> ReadLimit:
+            return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            self._target = plan_end_offsets(self._refresh(), {}, None)
+            log.info("availableNow target: %d partition directories", len(self._target))
+
+        def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+            return self._latest(start, max_rows, self._target)
+
+        def partitions(self, start: dict, end: dict) -> list:
+            return [SegmentRanges(r) for r in self._task_ranges(start, end)]
+
+        def read(self, partition: SegmentRanges) -> Iterator[pa.RecordBatch]:
+            return self._read_ranges(partition.ranges)
+
+        def commit(self, end: dict) -> None:
+            """Advisory only: positions live in Spark's checkpoint (PLATFORM.md)."""
+
+    class SegmentBatchReader(SegmentPlanner, DataSourceReader):
+        def partitions(self) -> list:
+            end = plan_end_offsets(self._refresh(), {}, None)
+            return [SegmentRanges(r) for r in self._task_ranges({}, end)]
+
+        def read(self, partition: SegmentRanges) -> Iterator[pa.RecordBatch]:
+            return self._read_ranges(partition.ranges)
+
+    class SegmentDataSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return NAME
+
+        def schema(self):
+            return from_arrow_schema(PACKED_ARROW_SCHEMA if _packed(self.options) else SPARK_RAW_SCHEMA)
+
+        def reader(self, schema):
+            return SegmentBatchReader(self.options)
+
+        def streamReader(self, schema):
+            return SegmentStreamReader(self.options)
+
+    return SegmentDataSource
+
+
+def register(spark) -> None:
+    """Make ``spark.read(Stream).format("offsetlake-segments")`` available in ``spark``."""
+    spark.dataSource.register(_spark_classes())
