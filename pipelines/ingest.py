@@ -39,8 +39,8 @@ from pipelines.source_identity import (
     segments_identity,
 )
 from pipelines.sources.raw import PACKED_ARROW_SCHEMA, unpacked
-from pipelines.sources.segment_source import source_problems
-from pipelines.sources.segments import Problem
+from pipelines.sources.record_batches.problems import Problem
+from pipelines.sources.segments.index import source_problems
 from pipelines.state.apply import apply_state
 from pipelines.state.audit import TABLES as AUDIT_TABLES
 from pipelines.state.audit import audit_batch
@@ -259,10 +259,10 @@ def open_stream(spark, cfg: IngestConfig):
 
     packed = from_arrow_schema(PACKED_ARROW_SCHEMA)
     if cfg.source == "segments":
-        from pipelines.sources import segment_source
+        from pipelines.sources.segments import spark_source
 
-        segment_source.register(spark)
-        return (spark.readStream.format(segment_source.NAME).schema(packed).option("path", cfg.path)
+        spark_source.register(spark)
+        return (spark.readStream.format(spark_source.NAME).schema(packed).option("path", cfg.path)
                 .option("packed", "true")
                 .option("index_cache_dir", str(cfg.checkpoint_dir / "segment_index"))
                 .option("cluster_id", cfg.cluster_id)
@@ -418,7 +418,7 @@ def _progress_bar(wanted: bool):
 def empty_segments(path: str | Path, report: IngestReport) -> str | None:
     """Why a segments source held no record at all, or None (an incremental run that finds
     nothing new is not empty: the files hold records it read before)."""
-    from pipelines.sources.segments import find_segments
+    from pipelines.sources.segments.files import find_segments
 
     logs = find_segments(path)
     if not logs:
@@ -467,8 +467,8 @@ def ingest_segments_local(path: str | Path, lake: str | Path, cluster_id: str = 
     For tests and tools where Spark is not the point (building a lake from a recording to
     reconcile against it); the streaming job remains the way to ingest incrementally.
     """
-    from pipelines.sources.segment_source import cluster_of, read_range
-    from pipelines.sources.segments import find_segments
+    from pipelines.sources.segments.files import find_segments
+    from pipelines.sources.segments.index import cluster_of, read_range
 
     engine = engine or make_engine("delta-rs", lake)
     ensure_tables(engine)
