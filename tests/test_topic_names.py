@@ -15,7 +15,7 @@ from pipelines.lake.engines import DeltaRsEngine
 from pipelines.reconcile.cluster.live import capture_snapshot
 from pipelines.reconcile.cluster.rows import kafka_uuid
 from pipelines.reconcile.snapshot import store_snapshot
-from pipelines.sources.segments import SegmentWriter
+from pipelines.sources.record_batches.writer import SegmentWriter
 from tests.support.fake_broker import FakeGroup, FakeKafkaCluster, FakeMember
 
 T0 = 1_795_000_000_000
