@@ -101,10 +101,11 @@ from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecordsBuilder
 from kafka.record.util import calc_crc32c
 
+from pipelines.sources.kafka.options import OFFSETS_TOPIC
+
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-OFFSETS_TOPIC = "__consumer_offsets"
 
 # Kafka error codes used here (org.apache.kafka.common.protocol.Errors).
 NONE = 0
