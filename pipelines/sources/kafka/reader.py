@@ -3,12 +3,12 @@
 Why not ``KafkaConsumer``: kafka-python's consumer decodes every record into a Python object
 (~10-15k records/s per task) and hides what ``__consumer_offsets`` auditing needs (producer
 ids, transactional flags, COMMIT/ABORT markers, batch facts). A Fetch response's ``records``
-field holds exactly the bytes of the log's record batches, which the vectorized segment parser
-(:func:`~pipelines.sources.record_batches.arrow_reader.bytes_to_arrow`, ~1M records/s) already turns into
-RAW_ARROW_SCHEMA rows. So this module talks the protocol itself, through kafka-python's
-connection manager (``KafkaNetClient``: bootstrap, TLS/SASL, ApiVersions negotiation,
-metadata), and applies read_committed the way the Java consumer does
-(``CompletedFetch.nextFetchedRecord``):
+field holds exactly the bytes of the log's record batches, which the one vectorized reader
+(:func:`~pipelines.sources.record_batches.arrow_reader.bytes_to_arrow`, ~1M records/s, the
+segment files' reader too) turns into RAW_ARROW_SCHEMA rows. So this module talks the
+protocol itself, through kafka-python's connection manager (``KafkaNetClient``: bootstrap,
+TLS/SASL, ApiVersions negotiation, metadata), and applies read_committed the way the Java
+consumer does (``CompletedFetch.nextFetchedRecord``):
 
 * Fetch v4-v12 (topics by name), ``isolation_level=1``: the broker returns batches below the
   last stable offset (LSO) and the aborted transactions ``[(producer_id, first_offset)]``
@@ -16,6 +16,10 @@ metadata), and applies read_committed the way the Java consumer does
 * walking the batches in order, an aborted transaction's producer id becomes "aborted" once a
   batch reaching its ``first_offset`` is seen; that producer's *transactional data* batches
   are dropped (before decompression) until its ABORT marker; control batches are markers;
+  this follows the broker's aborted-transaction index, not the markers, because a
+  read_committed Fetch need not hold the marker (it may lie past the last stable offset or
+  past the range end): the log-replay fold the segment source uses
+  (:func:`~pipelines.sources.record_batches.transactions.fold_arrow`) could not decide there;
 * records below the fetch offset (the first batch may start earlier) and at or after the
   range end are trimmed; an incomplete last batch (the broker cuts responses at
   ``max_bytes``) is dropped before parsing and fetched again by the next request, so it is
@@ -137,14 +141,9 @@ def select_committed(records: bytes, fetch_offset: int,
     an ABORT marker. Control batches are dropped unless ``keep_control``. Batches without a
     producer id (and legacy magic 0/1 messages) are always kept.
 
-    Works on the framing only (:mod:`~pipelines.sources.record_batches.framing`: one header
-    unpack per batch), so aborted batches are never decompressed nor parsed, and the kept
-    bytes go to the one vectorized reader. Why not the log-replay fold
-    (:func:`~pipelines.sources.record_batches.transactions.fold_arrow`): it decides a
-    transaction by its COMMIT/ABORT marker, which a read_committed Fetch need not contain (the
-    marker may lie past the last stable offset, or past the range end); the consumer decides by
-    the broker's aborted-transaction index instead, and so must this reader. Raises :class:`KafkaFetchError` on framing no broker sends (negative or too
-    short length, unknown magic).
+    Works on the framing only (one header unpack per batch), so aborted batches are never
+    decompressed nor parsed. Raises :class:`KafkaFetchError` on framing no broker sends
+    (negative or too short length, unknown magic).
     """
     data = records if isinstance(records, bytes) else bytes(records)
     n = len(data)

@@ -165,7 +165,8 @@ def _spark_batches(opts: SourceOptions, split: InputPartition) -> Iterator[pa.Re
     if not isinstance(split, KafkaInputPartition):
         raise TypeError(f"unexpected input partition {split!r}")
     batches = (batch.cast(SPARK_RAW_SCHEMA) for batch in
-               read_partition(opts, split.partition, split.start, split.end, cluster_id=split.cluster_id))
+               read_partition(opts, split.partition, split.start, split.end,
+                              cluster_id=split.cluster_id))
     yield from pack(batches) if opts.packed else batches
 
 

@@ -56,7 +56,8 @@ READ_COMMITTED = 1
 _FRAME_HEADROOM = 1 << 20
 
 
-#: kafka-python 3 raises KafkaTimeoutError("Unable to bootstrap ..."); 2.x raised NoBrokersAvailable.
+#: kafka-python 3 raises KafkaTimeoutError("Unable to bootstrap ..."); 2.x raised
+#: NoBrokersAvailable.
 _BOOTSTRAP_ERRORS: tuple[type[BaseException], ...] = tuple(
     e for e in (getattr(kafka_errors, "NoBrokersAvailable", None), kafka_errors.KafkaTimeoutError)
     if e is not None)
