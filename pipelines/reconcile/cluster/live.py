@@ -62,6 +62,31 @@ def capture_snapshot(bootstrap_servers: str | Sequence[str], *, require_stable: 
     """
     servers = (bootstrap_servers if isinstance(bootstrap_servers, str)
                else ",".join(bootstrap_servers))
+    started = time.monotonic()
+    admin = _connect(servers, client_id=client_id, timeout_s=timeout_s,
+                     request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
+                     kafka_config=kafka_config)
+    try:
+        capture = Capture(
+            admin, require_stable=require_stable, max_retries=max_retries,
+            retry_backoff_ms=retry_backoff_ms, max_backoff_ms=max_backoff_ms,
+            request_timeout_ms=request_timeout_ms,
+            max_in_flight=admin.config["max_in_flight_requests_per_connection"],
+            expected=expected_offsets)
+        raw = admin._manager.run(capture.run)
+    finally:
+        admin.close()
+    snapshot = assemble(raw, source=servers, require_stable=require_stable)
+    log.info("snapshot %s of %s: %d groups, %d offset rows, %d errors in %.2fs",
+             snapshot.snapshot_id, servers, len(snapshot.groups), len(snapshot.offsets),
+             len(snapshot.errors), time.monotonic() - started)
+    return snapshot
+
+
+def _connect(servers: str, *, client_id: str, timeout_s: float, request_timeout_ms: int,
+             retry_backoff_ms: int, kafka_config: dict[str, Any]) -> KafkaAdminClient:
+    """An admin client on ``servers``, or the reason why not: option and TLS/SASL errors
+    raised as they are, anything else as :class:`ClusterUnreachable` (one line)."""
     created: list[KafkaNetClient] = []
     user_factory = kafka_config.pop("kafka_client", KafkaNetClient)
     # the one strict normaliser (also used by ingest): unknown keys, bad booleans, SASL/SSL
@@ -76,9 +101,8 @@ def capture_snapshot(bootstrap_servers: str | Sequence[str], *, require_stable: 
         probe(client, timeout_s, probe_config)
         return client
 
-    started = time.monotonic()
     try:
-        admin = KafkaAdminClient(
+        return KafkaAdminClient(
             bootstrap_servers=servers, client_id=client_id,
             request_timeout_ms=request_timeout_ms, bootstrap_timeout_ms=int(timeout_s * 1000),
             retry_backoff_ms=retry_backoff_ms, kafka_client=factory, **kafka_config)
@@ -96,21 +120,6 @@ def capture_snapshot(bootstrap_servers: str | Sequence[str], *, require_stable: 
             message = (f"cannot connect to bootstrap servers {servers}: "
                        f"{type(exc).__name__}: {exc}".replace("\n", " "))
         raise ClusterUnreachable(message) from exc
-    try:
-        capture = Capture(
-            admin, require_stable=require_stable, max_retries=max_retries,
-            retry_backoff_ms=retry_backoff_ms, max_backoff_ms=max_backoff_ms,
-            request_timeout_ms=request_timeout_ms,
-            max_in_flight=admin.config["max_in_flight_requests_per_connection"],
-            expected=expected_offsets)
-        raw = admin._manager.run(capture.run)
-    finally:
-        admin.close()
-    snapshot = assemble(raw, source=servers, require_stable=require_stable)
-    log.info("snapshot %s of %s: %d groups, %d offset rows, %d errors in %.2fs",
-             snapshot.snapshot_id, servers, len(snapshot.groups), len(snapshot.offsets),
-             len(snapshot.errors), time.monotonic() - started)
-    return snapshot
 
 
 def _close_quietly(client: KafkaNetClient) -> None:
