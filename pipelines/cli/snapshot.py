@@ -25,7 +25,7 @@ log = logging.getLogger("offsetlake")
 
 
 def store_recorded(lake: Path, live_dir: Path, cluster_id: str, require_stable: bool,
-                    engine=None) -> dict:
+                   engine=None) -> dict:
     """Store a recorded capture folder (golden ``live/``, the demo's ``live/``) as a snapshot:
     offline audits and the demo reconcile against recorded answers exactly like live ones."""
     from pipelines.lake.engines import DeltaRsEngine
@@ -52,7 +52,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
     if args.recorded:
         summary = store_recorded(lake_from(args), Path(args.recorded), args.cluster_id,
-                                  args.require_stable, lake_engine(args, "offsetlake-snapshot"))
+                                 args.require_stable, lake_engine(args, "offsetlake-snapshot"))
         print(json.dumps(summary, indent=2, default=str))
         return 0
     if not args.bootstrap_servers:

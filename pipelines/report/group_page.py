@@ -95,7 +95,7 @@ def _by_group(table: pa.Table | None) -> dict[str, list[dict[str, Any]]]:
 
 def _not_available(table: str, what: str) -> str:
     return html_note(f"{what}: not available in this lake (it has no <code>{table}</code> table; "
-                 "lakes written by offsetlake versions before it existed do not).")
+                     "lakes written by offsetlake versions before it existed do not).")
 
 
 # ------------------------------------------------------------------------------ parts
@@ -124,10 +124,10 @@ def _lag_over_snapshots(group_id: str, slug: str, rows: list[dict[str, Any]],
                         has_time_lag: bool, table_exists: bool) -> str:
     if not table_exists:
         return html_note("No snapshot of the cluster yet (no <code>snapshot_lag</code> table): "
-                     "<code>offsetlake snapshot</code> records offset and time lag.")
+                         "<code>offsetlake snapshot</code> records offset and time lag.")
     if not rows:
         return html_note("No snapshot recorded lag for this group (<code>offsetlake snapshot</code> "
-                     "records it).")
+                         "records it).")
     series: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: (r["captured_at"], r["topic"], r["partition"])):
         series[f"{r['topic']}-{r['partition']}"].append(r)
@@ -136,7 +136,7 @@ def _lag_over_snapshots(group_id: str, slug: str, rows: list[dict[str, Any]],
     with_time = has_time_lag and any(r.get("time_lag_ms") is not None for r in rows)
     fig = make_subplots(rows=2 if with_time else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=["offset lag (records)"] + (["time lag (seconds)"] if with_time
-                                                                    else []))
+                                                                   else []))
     for i, name in enumerate(shown):
         pts = series[name]
         colour = PALETTE[i % len(PALETTE)]
@@ -183,7 +183,7 @@ def _lag_over_snapshots(group_id: str, slug: str, rows: list[dict[str, Any]],
     table = html_table(columns, body, classes="compact")
     return (figure_div(fig, f"plot-group-{slug}-lag") + "".join(html_note(n) for n in notes)
             + f"<details><summary>Lag at the latest snapshot ({fmt_ts(latest)})</summary>"
-            f"{table}</details>")
+              f"{table}</details>")
 
 
 def _owner_label(r: dict[str, Any]) -> str:
@@ -237,11 +237,11 @@ def _attributed_commits(group_id: str, slug: str, rows: list[dict[str, Any]],
                              "x": 0.5},
                       yaxis={"title": "commit records"}, legend={"title": {"text": "committed by"}})
     table = html_table(["committed by", "attribution", "host", "member ids", "commits", "first",
-                    "last"],
-                   [(label, per_label[label]["attribution"] or "—", per_label[label]["host"] or "—",
-                     ", ".join(short_member(m) for m in sorted(per_label[label]["members"])) or "—",
-                     per_label[label]["n"], fmt_ts(per_label[label]["first"]),
-                     fmt_ts(per_label[label]["last"])) for label in labels], classes="compact")
+                        "last"],
+                       [(label, per_label[label]["attribution"] or "—", per_label[label]["host"] or "—",
+                         ", ".join(short_member(m) for m in sorted(per_label[label]["members"])) or "—",
+                         per_label[label]["n"], fmt_ts(per_label[label]["first"]),
+                         fmt_ts(per_label[label]["last"])) for label in labels], classes="compact")
     return figure_div(fig, f"plot-group-{slug}-commits") + table
 
 
@@ -274,11 +274,11 @@ def _anomalies(group_id: str, slug: str, rows: list[dict[str, Any]], table_exist
     counts = ", ".join(f"{k} ({s}): {n}" for (k, s), n in sorted(by_kind.items()))
     shown = rows[:MAX_ANOMALY_ROWS]
     table = html_table(["time", "kind", "severity", "partition", "committed", "previous", "by", "reason"],
-                   [(fmt_ts(r["record_timestamp"]), r["kind"], r["severity"],
-                     f"{r['topic']}-{r['partition']}", r["committed_offset"],
-                     r["previous_offset"] if r.get("previous_offset") is not None else "—",
-                     short_member(r.get("member_id")) or r.get("attribution") or "—", r.get("reason") or "")
-                    for r in shown], classes="compact")
+                       [(fmt_ts(r["record_timestamp"]), r["kind"], r["severity"],
+                         f"{r['topic']}-{r['partition']}", r["committed_offset"],
+                         r["previous_offset"] if r.get("previous_offset") is not None else "—",
+                         short_member(r.get("member_id")) or r.get("attribution") or "—", r.get("reason") or "")
+                        for r in shown], classes="compact")
     more = (html_note(f"First {MAX_ANOMALY_ROWS} of {len(rows):,} anomalies.")
             if len(rows) > MAX_ANOMALY_ROWS else "")
     return (figure_div(fig, f"plot-group-{slug}-anomalies") + f"<p>{len(rows):,} anomalies: "
@@ -303,7 +303,7 @@ def group_pages(con: Any, lake: str | LakeLocation, group: str | None) -> str:
         GROUP BY group_id""", group=group)}
     known = {r["group_id"] for r in query_rows(con, """
         SELECT DISTINCT group_id FROM group_metadata WHERE $group IS NULL OR group_id = $group""",
-                                          group=group)} | set(activity)
+                                               group=group)} | set(activity)
     if not known:
         return html_note("No groups in the lake.")
     ranked = sorted(known, key=lambda g: (-(activity[g]["commits"] if g in activity else 0), g))
@@ -336,7 +336,7 @@ def group_pages(con: Any, lake: str | LakeLocation, group: str | None) -> str:
             + _anomalies(gid, slug, anomaly_rows.get(gid, []), anomalies is not None)
             + "</div>")
     more = (html_note(f"Pages for the {len(groups)} busiest of {len(known)} groups; "
-                  "<code>offsetlake report --group G</code> gives any one group's page.")
+                      "<code>offsetlake report --group G</code> gives any one group's page.")
             if len(groups) < len(known) else "")
     return (more + f'<p class="group-index">{" · ".join(index)}</p>' + "".join(pages))
 
