@@ -210,12 +210,22 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     The master: ``master`` if given; under spark-submit, its ``--master``; else
     ``OFFSETLAKE_SPARK_MASTER``, else ``PYSPARK_SUBMIT_ARGS``' or spark-defaults'
     ``spark.master``, else local[2].
+
+    A session that already runs in this process (a notebook's, a test's, the caller's) is
+    the user's and is returned as it is: the builder would otherwise write our settings into
+    it, and a Delta catalog set on a session without Delta's jars breaks every later query
+    of that session. Whether it can serve the Delta engine is checked where that is needed.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    running = SparkSession.getActiveSession()
+    if running is not None:
+        log.debug("Spark session: reusing the running one (%s) untouched", running.sparkContext.master)
+        include_wheels(running.sparkContext)
+        return running
     user_conf, jvm_running = user_spark_conf()
     settings = session_settings(user_conf, master=master, jvm_running=jvm_running,
                                 delta_spark=delta_spark, extra_conf=extra_conf)

@@ -16,6 +16,7 @@ from pipelines.spark import (
     GENERAL_DEFAULTS,
     LOCAL_DEFAULTS,
     session_settings,
+    spark_session,
     submit_conf,
 )
 
@@ -116,6 +117,23 @@ def test_delta_extension_joins_the_users_extensions(env: dict[str, str]) -> None
                             delta_spark=True, env=env)
     assert "spark.sql.extensions" not in kept.conf
     assert "spark.sql.catalog.spark_catalog" not in kept.conf
+
+
+@pytest.mark.spark
+def test_a_running_session_is_returned_untouched(spark) -> None:
+    """A Delta engine asked for in-process (the CLI called from a notebook or a test) must not
+    write Delta's catalog into the running session: without Delta's jars that breaks every
+    later query of the session (CI found exactly that)."""
+    catalog = "spark.sql.catalog.spark_catalog"
+    before = spark.conf.get(catalog, None), spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "3")  # a setting of the user's
+    try:
+        assert spark_session("in-process", delta_spark=True) is spark
+        assert spark.conf.get(catalog, None) == before[0]
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+        assert spark.sql("WITH t AS (SELECT 1 AS x) SELECT x FROM t").collect()[0].x == 1
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before[1])
 
 
 _PROBE = """
