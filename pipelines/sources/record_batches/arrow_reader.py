@@ -1,8 +1,8 @@
 """Vectorized segment reading: segment file bytes -> RAW_ARROW_SCHEMA record batches.
 
 Why: nearly every ``__consumer_offsets`` batch is an uncompressed magic-2 batch of one to a
-few records, and the record-object path (:mod:`~pipelines.sources.record_batches.exact_reader`) spends ~5 us per
-record building ``Record`` tuples and then Python lists for Arrow. Here, per group of files
+few records, and the record-object path (:mod:`.exact_reader`) spends ~5 us per record
+building ``Record`` tuples and then Python lists for Arrow. Here, per group of files
 (~8 MiB), the only per-batch Python work is the framing walk (one ``struct`` unpack and one
 C-speed CRC32C per batch); everything else is numpy over all batches at once:
 
@@ -11,8 +11,9 @@ C-speed CRC32C per batch); everything else is numpy over all batches at once:
    at or above the floor, CRC32C valid). Whatever fails it goes through the exact
    ``slow_step`` right there, so framing, resynchronisation, floors and Problems are the
    exact path's by construction;
-2. **headers** (:mod:`.arrow_decode`, as 3 and 4): one row gather through a sliding-window view copies the 61 header bytes of
-   every candidate batch; fields are big-endian views through a structured dtype;
+2. **headers** (:mod:`.arrow_decode`, as are 3 and 4): one row gather through a
+   sliding-window view copies the 61 header bytes of every candidate batch; fields are
+   big-endian views through a structured dtype;
 3. **records**: zig-zag varints (length, timestamp delta, offset delta, key and value
    lengths; attributes skipped; header count must be 0) are decoded for the k-th record of
    every batch at once, k = 0, 1, ... ("rounds"), with every check the exact decoder makes;
