@@ -7,6 +7,7 @@ model produces those records in the order and shapes of the golden capture.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from pipelines.demo.assignors import (
@@ -16,7 +17,7 @@ from pipelines.demo.assignors import (
     sticky_assign,
     sticky_user_data,
 )
-from pipelines.demo.world import TP, Member, Story
+from pipelines.demo.world import TP, Event, Member, Records, Story
 
 __all__ = ["ClassicGroup"]
 
@@ -97,6 +98,14 @@ class ClassicGroup:
         self.generation += 1
         self.state_ts = max(self.state_ts, ts - self.s.rng.randint(2, 12))
         return (2, self.key(), self.value())
+
+    def start(self, ts: int, members: list[Member], gap: tuple[int, int]) -> Iterator[Event]:
+        """A new group's first JoinGroup round: the created record at ``ts``, then the first
+        rebalance ``gap`` ms later (a random span, like a real SyncGroup); returns its time."""
+        yield Records(ts, self.s.group, [self.created(ts)])
+        ts += self.s.rng.randint(*gap)
+        yield Records(ts, self.s.group, [self.rebalance(ts, members)])
+        return ts
 
     def empty(self, ts: int) -> tuple[int, dict[str, Any], dict[str, Any]]:
         """The last member left: a new generation without protocol, leader or members."""

@@ -161,6 +161,12 @@ class ConsumerGroup:
         """DeleteGroups of an empty consumer group: target epoch, partition metadata, epoch."""
         return [(6, self.gkey(), None), (4, self.gkey(), None), (3, self.gkey(), None)]
 
+    def commits(self, t0: int, t1: int, members: list[Member], per_scale: float) -> Iterator[Event]:
+        """A stable phase: the members commit what they own, round after round, as the Java
+        and librdkafka KIP-848 consumers do (empty metadata, leader epochs sent)."""
+        return self.s.commit_rounds(t0, t1, per_scale, members, self.owned, lambda m: "",
+                                    epochs=True)
+
     def owned(self, m: Member) -> list[TP]:
         c = self.current.get(m.member_id)
         return list(c.assigned) if c else []

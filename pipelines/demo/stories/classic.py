@@ -21,7 +21,6 @@ def orders_processor(w: World) -> Iterator[Event]:
     topics = ["orders", "payments"]
     m1, m2, m3 = (s.classic_member(f"consumer-orders-processor-{i}", "java", topics)
                   for i in (1, 2, 3))
-    rng = s.rng
 
     def md(m: Member) -> str:
         return "" if m is m3 else f"{m.client_id}@gen{g.generation}"
@@ -29,10 +28,7 @@ def orders_processor(w: World) -> Iterator[Event]:
     def phase(t0: int, t1: int, members: list[Member], k: float) -> Iterator[Event]:
         return s.commit_rounds(t0, t1, k, members, g.owned, md, epochs=True, spacing=4)
 
-    t = w.at(0.01)
-    yield Records(t, s.group, [g.created(t)])
-    t += rng.randint(20, 60)
-    yield Records(t, s.group, [g.rebalance(t, [m1])])
+    t = yield from g.start(w.at(0.01), [m1], (20, 60))
     yield from phase(t, w.at(0.15), [m1], 8)
     t = w.at(0.15)
     yield Records(t, s.group, [g.rebalance(t, [m1, m2])])
@@ -115,33 +111,28 @@ def payments_static(w: World) -> Iterator[Event]:
 def kip70(w: World) -> Iterator[Event]:
     s = Story(w, "kip70-analytics")
     g = ClassicGroup(s, "range")
-    rng = s.rng
     m = s.classic_member("kip70-c1", "python", ["foo"])
     t = w.at(0.08)
     yield Records(t, s.group, [g.created(t), g.rebalance(t, [m])])
-    for ts in w.ticks(rng, t, w.at(0.20), w.rounds(4)):
-        yield s.commit(ts, g.owned(m), "subscription=[foo]", epochs=False)
+    yield from s.commit_rounds(t, w.at(0.20), 4, [m], g.owned, lambda m: "subscription=[foo]",
+                               epochs=False)
     t = w.at(0.20)
     m.topics = ["foo", "bar"]  # subscribe() again with one more topic: KIP-70 rejoin
     yield Records(t, s.group, [g.rebalance(t, [m])])
-    for ts in w.ticks(rng, t, w.at(0.995), w.rounds(10)):
-        yield s.commit(ts, g.owned(m), "subscription=[foo,bar]", epochs=False)
+    yield from s.commit_rounds(t, w.at(0.995), 10, [m], g.owned,
+                               lambda m: "subscription=[foo,bar]", epochs=False)
 
 
 def events_etl(w: World) -> Iterator[Event]:
     s = Story(w, "events-etl")
     g = ClassicGroup(s, "roundrobin")
-    rng = s.rng
     r1, r2, r3 = (s.classic_member(f"events-etl-{i}", "rdkafka", ["events"]) for i in (1, 2, 3))
 
     def phase(t0: int, t1: int, members: list[Member], k: float) -> Iterator[Event]:
         return s.commit_rounds(t0, t1, k, members, g.owned, lambda m: "", epochs=True,
                                spacing=7)
 
-    t = w.at(0.0) + 500
-    yield Records(t, s.group, [g.created(t)])
-    t += rng.randint(15, 40)
-    yield Records(t, s.group, [g.rebalance(t, [r1])])
+    t = yield from g.start(w.at(0.0) + 500, [r1], (15, 40))
     yield from phase(t, w.at(0.03), [r1], 2)
     t = w.at(0.03)
     yield Records(t, s.group, [g.rebalance(t, [r1, r2])])

@@ -13,7 +13,7 @@ from typing import Any
 from pipelines.decode import encode_subscription
 from pipelines.demo.classic import ClassicGroup
 from pipelines.demo.consumer import STABLE, ConsumerGroup, MemberCurrent
-from pipelines.demo.world import Event, Member, Records, Story, World
+from pipelines.demo.world import Event, Records, Story, World
 
 __all__ = ["clicks_848", "inventory_848", "legacy_upgrade", "mixed_migrate"]
 
@@ -24,19 +24,15 @@ def clicks_848(w: World) -> Iterator[Event]:
     m1 = s.kip848_member("consumer-clicks-848-1", ["clicks"])
     m2 = s.kip848_member("consumer-clicks-848-2", ["clicks"], instance_id="clicks-848-static-2")
     m3 = s.kip848_member("consumer-clicks-848-3", ["clicks"])
-
-    def phase(t0: int, t1: int, members: list[Member], k: float) -> Iterator[Event]:
-        return s.commit_rounds(t0, t1, k, members, g.owned, lambda m: "", epochs=True)
-
     t = w.at(0.04)
     yield from g.join(t, m1)
-    yield from phase(t + 1000, w.at(0.20), [m1], 6)
+    yield from g.commits(t + 1000, w.at(0.20), [m1], 6)
     t = w.at(0.20)
     yield from g.join(t, m2)
-    yield from phase(t + 3000, w.at(0.55), [m1, m2], 8)
+    yield from g.commits(t + 3000, w.at(0.55), [m1, m2], 8)
     t = w.at(0.55)
     yield from g.join(t, m3)
-    yield from phase(t + 3000, w.at(0.995), [m1, m2, m3], 12)
+    yield from g.commits(t + 3000, w.at(0.995), [m1, m2, m3], 12)
 
 
 def inventory_848(w: World) -> Iterator[Event]:
@@ -44,19 +40,15 @@ def inventory_848(w: World) -> Iterator[Event]:
     g = ConsumerGroup(s)
     c1 = s.kip848_member("console-consumer", ["inventory"])
     c2 = s.kip848_member("console-consumer", ["inventory"])
-
-    def phase(t0: int, t1: int, members: list[Member], k: float) -> Iterator[Event]:
-        return s.commit_rounds(t0, t1, k, members, g.owned, lambda m: "", epochs=True)
-
     t = w.at(0.12)
     yield from g.join(t, c1)
-    yield from phase(t + 1000, w.at(0.16), [c1], 3)
+    yield from g.commits(t + 1000, w.at(0.16), [c1], 3)
     t = w.at(0.16)
     yield from g.join(t, c2)
-    yield from phase(t + 3000, w.at(0.25), [c1, c2], 3)
+    yield from g.commits(t + 3000, w.at(0.25), [c1, c2], 3)
     t = w.at(0.25)
     yield from g.leave(t, c2)
-    yield from phase(t + 4000, w.at(0.30), [c1], 2)
+    yield from g.commits(t + 4000, w.at(0.30), [c1], 2)
     t = w.at(0.30)
     yield from g.leave(t, c1)
 
@@ -64,14 +56,10 @@ def inventory_848(w: World) -> Iterator[Event]:
 def legacy_upgrade(w: World) -> Iterator[Event]:
     s = Story(w, "legacy-upgrade")
     cg = ClassicGroup(s, "range")
-    rng = s.rng
     c = s.classic_member("upgrade-classic-c1", "python", ["bar"])
-    t = w.at(0.42)
-    yield Records(t, s.group, [cg.created(t)])
-    t += rng.randint(10, 30)
-    yield Records(t, s.group, [cg.rebalance(t, [c])])
-    for ts in w.ticks(rng, t, w.at(0.43), w.rounds(2)):
-        yield s.commit(ts, cg.owned(c), "classic-before-upgrade", epochs=False)
+    t = yield from cg.start(w.at(0.42), [c], (10, 30))
+    yield from s.commit_rounds(t, w.at(0.43), 2, [c], cg.owned,
+                               lambda m: "classic-before-upgrade", epochs=False)
     t = w.at(0.43)
     yield Records(t, s.group, [cg.empty(t)])
     # An Empty classic group is converted when a KIP-848 member joins it.
@@ -79,8 +67,7 @@ def legacy_upgrade(w: World) -> Iterator[Event]:
     m = s.kip848_member("console-consumer", ["bar"])
     t = w.at(0.46)
     yield from g.join(t, m, before=[(2, {"group": s.group}, None)])
-    for ts in w.ticks(rng, t + 1000, w.at(0.995), w.rounds(10)):
-        yield s.commit(ts, g.owned(m), "", epochs=True)
+    yield from g.commits(t + 1000, w.at(0.995), [m], 10)
 
 
 def mixed_migrate(w: World) -> Iterator[Event]:
@@ -90,8 +77,8 @@ def mixed_migrate(w: World) -> Iterator[Event]:
     c = s.classic_member("consumer-mixed-migrate-1", "java", ["inventory"])
     t = w.at(0.62)
     yield Records(t, s.group, [cg.created(t), cg.rebalance(t, [c])])
-    for ts in w.ticks(rng, t, w.at(0.64), w.rounds(2)):
-        yield s.commit(ts, cg.owned(c), "classic-only", epochs=True)
+    yield from s.commit_rounds(t, w.at(0.64), 2, [c], cg.owned, lambda m: "classic-only",
+                               epochs=True)
     # Online upgrade: the classic member becomes a member of a consumer group, its JoinGroup
     # protocols kept as classicMemberMetadata; then the KIP-848 member's own join records.
     g = ConsumerGroup(s)

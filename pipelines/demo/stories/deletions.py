@@ -24,8 +24,8 @@ def reporting_offdel(w: World) -> Iterator[Event]:
     m = s.classic_member("offdel-c1", "python", ["orders", "payments"])
     t = w.at(0.22)
     yield Records(t, s.group, [g.created(t), g.rebalance(t, [m])])
-    for ts in w.ticks(rng, t, w.at(0.23), w.rounds(2)):
-        yield s.commit(ts, g.owned(m), "before-offset-delete", epochs=False)
+    yield from s.commit_rounds(t, w.at(0.23), 2, [m], g.owned, lambda m: "before-offset-delete",
+                               epochs=False)
     t = w.at(0.23)
     yield Records(t, s.group, [g.empty(t)])
     t += rng.randint(20, 80)
@@ -37,14 +37,9 @@ def reporting_offdel(w: World) -> Iterator[Event]:
 def doomed_classic(w: World) -> Iterator[Event]:
     s = Story(w, "doomed-classic")
     g = ClassicGroup(s, "range")
-    rng = s.rng
     m = s.classic_member("deleted-c1", "python", ["payments"])
-    t = w.at(0.32)
-    yield Records(t, s.group, [g.created(t)])
-    t += rng.randint(5, 15)
-    yield Records(t, s.group, [g.rebalance(t, [m])])
-    for ts in w.ticks(rng, t, w.at(0.33), w.rounds(3)):
-        yield s.commit(ts, g.owned(m), "doomed", epochs=False)
+    t = yield from g.start(w.at(0.32), [m], (5, 15))
+    yield from s.commit_rounds(t, w.at(0.33), 3, [m], g.owned, lambda m: "doomed", epochs=False)
     t = w.at(0.33)
     yield Records(t, s.group, [g.empty(t)])
     t = w.at(0.34)
