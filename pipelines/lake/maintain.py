@@ -37,6 +37,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -259,10 +260,7 @@ def maintain(lake: Path | str | LakeLocation, retention_hours: int = DEFAULT_RET
     attempted; if any fails, :class:`MaintenanceError` is raised after the others ran, with
     the full report attached (and logged).
     """
-    if retention_hours < MIN_RETENTION_HOURS:
-        raise ValueError(f"retention of {retention_hours} h refused: at least "
-                         f"{MIN_RETENTION_HOURS} h (7 days) keeps time travel and concurrent "
-                         "readers safe")
+    check_retention(retention_hours)
     from pyarrow.fs import FileType
 
     root = lake_location(lake)
@@ -274,20 +272,9 @@ def maintain(lake: Path | str | LakeLocation, retention_hours: int = DEFAULT_RET
         "vacuum_mode": "full" if full_vacuum else "lite",
         "started_at": datetime.now(timezone.utc).isoformat(), "tables": {}, "errors": [],
     }
-    for name in table_names(root):
-        if tables is not None and name not in tables:
-            continue
-        try:
-            report["tables"][name] = _maintain_table(
-                root.child(name), name, retention_hours, dry_run, full_vacuum=full_vacuum,
-                zorder_max_bytes=zorder_max_bytes)
-        except MaintenanceError as exc:
-            report["tables"][name] = {**exc.report, "error": str(exc)}
-            report["errors"].append(str(exc))
-        except Exception as exc:  # one table's failure must not stop the others
-            log.exception("maintaining %s failed", root.join(name))
-            report["tables"][name] = {"error": f"{type(exc).__name__}: {exc}"}
-            report["errors"].append(f"{name}: {type(exc).__name__}: {exc}")
+    maintain_each(root, table_names(root), tables, report, lambda name: _maintain_table(
+        root.child(name), name, retention_hours, dry_run, full_vacuum=full_vacuum,
+        zorder_max_bytes=zorder_max_bytes))
     t = report["tables"].values()
     key = "would_remove" if dry_run else "removed"
     report["totals"] = {
@@ -308,5 +295,34 @@ def maintain(lake: Path | str | LakeLocation, retention_hours: int = DEFAULT_RET
     return report
 
 
-__all__ = ["DEFAULT_RETENTION_HOURS", "MIN_RETENTION_HOURS", "MaintenanceError", "find_tables",
-           "interval_hours", "maintain", "table_names"]
+def check_retention(retention_hours: float) -> None:
+    """Refuse a retention under a week, whichever engine maintains the lake."""
+    if retention_hours < MIN_RETENTION_HOURS:
+        raise ValueError(f"retention of {retention_hours} h refused: at least "
+                         f"{MIN_RETENTION_HOURS} h (7 days) keeps time travel and concurrent "
+                         "readers safe")
+
+
+def maintain_each(root: LakeLocation, names: Iterable[str], tables: Collection[str] | None,
+                  report: dict[str, Any], maintain_table: Callable[[str], dict[str, Any]],
+                  engine: str = "") -> None:
+    """Maintain each table of ``names`` (those in ``tables`` when given) into ``report``:
+    every table is attempted, and one table's failure is recorded and never stops the
+    others, whichever engine (``engine`` names it in the log) does the work."""
+    for name in names:
+        if tables is not None and name not in tables:
+            continue
+        try:
+            report["tables"][name] = maintain_table(name)
+        except MaintenanceError as exc:
+            report["tables"][name] = {**exc.report, "error": str(exc)}
+            report["errors"].append(str(exc))
+        except Exception as exc:  # one table's failure must not stop the others
+            log.exception("maintaining %s%s failed", root.join(name), engine and f" with {engine}")
+            report["tables"][name] = {"error": f"{type(exc).__name__}: {exc}"}
+            report["errors"].append(f"{name}: {type(exc).__name__}: {exc}")
+
+
+__all__ = ["DEFAULT_RETENTION_HOURS", "MIN_RETENTION_HOURS", "MaintenanceError",
+           "check_retention", "find_tables", "interval_hours", "maintain", "maintain_each",
+           "table_names"]

@@ -10,7 +10,6 @@ Delta log (a log-only read) exactly as the delta-rs path reads them.
 
 from __future__ import annotations
 
-import logging
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,13 +20,12 @@ from pipelines.lake.keys import quote_identifier, sql_literal
 from pipelines.lake.location import LakeLocation, lake_location
 from pipelines.lake.maintain import (
     DEFAULT_RETENTION_HOURS,
-    MIN_RETENTION_HOURS,
     MaintenanceError,
+    check_retention,
+    maintain_each,
     retention_changes,
     table_names,
 )
-
-log = logging.getLogger(__name__)
 
 
 def set_properties_sql(path: str, changes: dict[str, str]) -> str:
@@ -67,10 +65,7 @@ def maintain_with_spark(spark, lake: Path | str | LakeLocation,
                         retention_hours: int = DEFAULT_RETENTION_HOURS, dry_run: bool = False,
                         tables: list[str] | None = None) -> dict[str, Any]:
     """Compact and vacuum every Delta table under ``lake`` with delta-spark; a report."""
-    if retention_hours < MIN_RETENTION_HOURS:
-        raise ValueError(f"retention of {retention_hours} h refused: at least "
-                         f"{MIN_RETENTION_HOURS} h (7 days) keeps time travel and concurrent "
-                         "readers safe")
+    check_retention(retention_hours)
     root = lake_location(lake)
     names = table_names(root)
     if not names:
@@ -80,19 +75,8 @@ def maintain_with_spark(spark, lake: Path | str | LakeLocation,
                               "retention_hours": retention_hours,
                               "started_at": datetime.now(timezone.utc).isoformat(),
                               "tables": {}, "errors": []}
-    for name in names:
-        if tables is not None and name not in tables:
-            continue
-        try:
-            report["tables"][name] = _maintain_table(spark, root.child(name), name, retention_hours,
-                                                     dry_run)
-        except MaintenanceError as exc:
-            report["tables"][name] = {**exc.report, "error": str(exc)}
-            report["errors"].append(str(exc))
-        except Exception as exc:  # one table's failure must not stop the others
-            log.exception("maintaining %s with delta-spark failed", root.join(name))
-            report["tables"][name] = {"error": f"{type(exc).__name__}: {exc}"}
-            report["errors"].append(f"{name}: {type(exc).__name__}: {exc}")
+    maintain_each(root, names, tables, report, lambda name: _maintain_table(
+        spark, root.child(name), name, retention_hours, dry_run), engine="delta-spark")
     report["seconds"] = round(time.perf_counter() - started, 3)
     if report["errors"]:
         raise MaintenanceError(f"maintenance failed for {len(report['errors'])} table(s): "
