@@ -91,7 +91,8 @@ class Query:
     params: dict[str, Param]
     tables: tuple[str, ...]
     sql: str
-    #: the shared views (``views/*.sql``) the query reads; their tables are in ``tables``
+    #: the shared views (``views/*.sql``) the query reads, directly or through another view,
+    #: each after the views it reads; their tables are in ``tables``
     views: tuple[str, ...] = ()
 
     def bind(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -144,14 +145,29 @@ def _parse(path: Path) -> Query:
             raise ValueError(f"{path.name}: parameter :{name} has unknown type {type_!r}")
         required, default = _default(default_text, type_, f"{path.name} :{name}")
         params[name] = Param(name, type_, required, default, description.strip())
-    used = {tok for kind, tok in _tokens(text) if kind == "param"}
-    if used != set(params):
-        raise ValueError(f"{path.name}: parameters used {sorted(used)} != declared {sorted(params)}")
     code = " ".join(tok for kind, tok in _tokens(text) if kind == "code")
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", code))
-    views = tuple(sorted(words & set(view_names())))
+    views = _with_dependencies(sorted(words & set(view_names()) - {path.stem}))
+    used = {tok for kind, tok in _tokens(text) if kind == "param"}
+    for view in views:  # a view with parameters binds the query's own (it becomes a CTE)
+        for name, p in load_view(view).params.items():
+            if name not in params or params[name].type != p.type:
+                raise ValueError(f"{path.name}: view {view} needs parameter :{name} {p.type}")
+            used.add(name)
+    if used != set(params):
+        raise ValueError(f"{path.name}: parameters used {sorted(used)} != declared {sorted(params)}")
     tables = set(words & set(contracts())).union(*(load_view(v).tables for v in views))
     return Query(path.stem, path, title, params, tuple(sorted(tables)), text, views)
+
+
+def _with_dependencies(views: Iterable[str]) -> tuple[str, ...]:
+    """``views`` and the shared views they read, each after the views it reads: the order
+    the runner creates them in (a view over a view needs that one first)."""
+    ordered: dict[str, None] = {}
+    for view in views:
+        ordered.update(dict.fromkeys(load_view(view).views))
+        ordered[view] = None
+    return tuple(ordered)
 
 
 @cache
@@ -170,14 +186,38 @@ def names() -> list[str]:
 
 @cache
 def load_view(name: str) -> Query:
-    """The shared view ``pipelines/queries/views/<name>.sql`` (no parameters)."""
+    """The shared view ``pipelines/queries/views/<name>.sql``. One without parameters is
+    registered as a view; one with parameters (which the queries reading it declare too) is
+    written in front of each such query as a CTE (:func:`bound_sql`), since neither engine
+    takes parameters in a view."""
     path = VIEWS_DIR / f"{name}.sql"
     if not path.is_file():
         raise KeyError(f"no view {name!r}; available: {', '.join(view_names())}")
     view = _parse(path)
-    if view.params:
-        raise ValueError(f"{path.name}: a shared view takes no parameters")
+    if view.params and view.views:
+        raise ValueError(f"{path.name}: a shared view with parameters reads no other view")
     return view
+
+
+def registered_views(views: Iterable[str]) -> list[str]:
+    """The ``views`` an engine registers: those without parameters (the others are CTEs)."""
+    return [v for v in views if not load_view(v).params]
+
+
+def _with_ctes(query: Query) -> str:
+    """The query's text with its parameterised views as leading CTEs (``WITH view AS
+    (...)``, joined to the query's own ``WITH`` list when it has one)."""
+    inlined = [v for v in query.views if load_view(v).params]
+    if not inlined:
+        return query.sql
+    ctes = ",\n".join(f"{v} AS (\n{load_view(v).sql.rstrip()}\n)" for v in inlined)
+    body = re.search(r"^(?!--)[ \t]*[^\s]", query.sql, re.MULTILINE)
+    start = body.end() - 1 if body else len(query.sql)
+    head, rest = query.sql[:start], query.sql[start:]
+    own = re.match(r"WITH\s", rest, re.IGNORECASE)
+    if own:
+        return f"{head}WITH {ctes},\n{rest[own.end():]}"
+    return f"{head}WITH {ctes}\n{rest}"
 
 
 def view_names() -> list[str]:
@@ -287,7 +327,7 @@ def bound_sql(sql: str | Query, dialect: Dialect) -> str:
     NULL is typed and a value means the same in both engines. Markers inside literals and
     comments are left alone."""
     query = sql if isinstance(sql, Query) else None
-    text = query.sql if query else str(sql)
+    text = _with_ctes(query) if query else str(sql)
     prefix = ":" if dialect == "spark" else "$"
     out = []
     for kind, tok in _tokens(text):
@@ -382,7 +422,7 @@ def duckdb_connection(lake: Path | str | LakeLocation, tables: Iterable[str],
     con.execute("SET TimeZone = 'UTC'")
     for table in tables:
         con.register(table, arrow_source(lake, table))
-    for view in views:
+    for view in registered_views(views):
         con.execute(f"CREATE VIEW {view} AS {load_view(view).sql}")
     return con
 
@@ -414,7 +454,7 @@ def register_spark_views(spark: SparkSession, lake: Path | str | LakeLocation, t
     ``tables`` and ``views``), replacing same-named temp views."""
     for table in tables:
         spark_frame(spark, lake, table).createOrReplaceTempView(table)
-    for view in views:
+    for view in registered_views(views):
         spark.sql(load_view(view).sql).createOrReplaceTempView(view)
 
 
@@ -454,5 +494,5 @@ def run_spark(spark: SparkSession, lake: Path | str | LakeLocation, name: str, *
 
 __all__ = ["PARAM_TYPES", "QUERIES_DIR", "Param", "Query", "arrow_source", "bound_sql",
            "duckdb_connection", "is_remote", "load", "load_view", "names", "open_table", "parameters",
-           "plain_files", "register_spark_views", "run_bound_duckdb", "run_bound_spark",
+           "plain_files", "register_spark_views", "registered_views", "run_bound_duckdb", "run_bound_spark",
            "run_duckdb", "run_spark", "spark_frame", "utc_instant", "view_names"]

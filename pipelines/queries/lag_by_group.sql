@@ -1,8 +1,9 @@
 -- Current consumer lag per group.
 --
--- lag_by_partition summed per group: the lake's current committed offsets (committed_offsets)
--- against the log end offsets of the latest cluster snapshot that recorded them
--- (snapshot_log_end_offsets, latest by captured_at per cluster; or :snapshot_id). A partition
+-- lag_by_partition summed per group (both read the shared view partition_lag): the lake's
+-- current committed offsets (committed_offsets) against the log end offsets of the latest
+-- cluster snapshot that recorded them (snapshot_log_end_offsets, latest by captured_at per
+-- cluster; or :snapshot_id). A partition
 -- whose end offset the snapshot does not have counts in `partitions` but not in
 -- `partitions_with_lag`, and adds nothing to total_lag; without any snapshot total_lag is null.
 --
@@ -23,61 +24,6 @@
 --   total_lag, max_lag, max_time_lag_ms, partitions_with_time_lag, commit_rate,
 --   est_catch_up_s, last_commit_at, snapshot_id, captured_at. Ordered by total_lag, largest
 --   first.
-WITH snapshots AS (
-    SELECT s.cluster_id, s.snapshot_id, MAX(s.captured_at) AS captured_at
-    FROM snapshot_log_end_offsets s
-    WHERE (:cluster_id IS NULL OR s.cluster_id = :cluster_id)
-      AND (:snapshot_id IS NULL OR s.snapshot_id = :snapshot_id)
-    GROUP BY s.cluster_id, s.snapshot_id
-),
-latest AS (
-    SELECT x.cluster_id, x.snapshot_id, x.captured_at
-    FROM (
-        SELECT s.cluster_id, s.snapshot_id, s.captured_at,
-               ROW_NUMBER() OVER (PARTITION BY s.cluster_id
-                                  ORDER BY s.captured_at DESC, s.snapshot_id DESC) AS newest_first
-        FROM snapshots s
-    ) x
-    WHERE x.newest_first = 1
-),
-ends AS (
-    SELECT e.cluster_id, e.topic, e.partition, e.log_end_offset
-    FROM snapshot_log_end_offsets e
-    JOIN latest l ON l.cluster_id = e.cluster_id AND l.snapshot_id = e.snapshot_id
-),
-times AS (
-    SELECT t.cluster_id, t.group_id, t.topic, t.partition, t.committed_offset, t.time_lag_ms,
-           t.commit_rate, t.produce_rate
-    FROM snapshot_lag t
-    JOIN latest l ON l.cluster_id = t.cluster_id AND l.snapshot_id = t.snapshot_id
-),
-partition_lag AS (
-    SELECT o.cluster_id, o.group_id, o.commit_timestamp, l.snapshot_id, l.captured_at,
-           CASE WHEN e.log_end_offset IS NULL THEN CAST(NULL AS BIGINT)
-                WHEN e.log_end_offset > o.committed_offset
-                     THEN e.log_end_offset - o.committed_offset
-                ELSE CAST(0 AS BIGINT) END AS lag,
-           CASE WHEN t.committed_offset = o.committed_offset THEN t.time_lag_ms
-                ELSE CAST(NULL AS BIGINT) END AS time_lag_ms,
-           t.commit_rate, t.produce_rate
-    FROM committed_offsets o
-    LEFT JOIN latest l ON l.cluster_id = o.cluster_id
-    LEFT JOIN ends e
-           ON e.cluster_id = o.cluster_id AND e.topic = o.topic AND e.partition = o.partition
-    LEFT JOIN times t
-           ON t.cluster_id = o.cluster_id AND t.group_id = o.group_id AND t.topic = o.topic
-          AND t.partition = o.partition
-    WHERE (:group_id IS NULL OR o.group_id = :group_id)
-      AND (:cluster_id IS NULL OR o.cluster_id = :cluster_id)
-),
-partition_eta AS (
-    SELECT p.*,
-           CASE WHEN p.lag = 0 THEN CAST(0 AS DOUBLE)
-                WHEN p.commit_rate > COALESCE(p.produce_rate, 0)
-                     THEN p.lag / (p.commit_rate - COALESCE(p.produce_rate, 0))
-                ELSE CAST(NULL AS DOUBLE) END AS est_catch_up_s
-    FROM partition_lag p
-)
 SELECT p.cluster_id, p.group_id, g.group_type, g.group_state,
        COUNT(*) AS partitions,
        COUNT(p.lag) AS partitions_with_lag,
@@ -93,7 +39,8 @@ SELECT p.cluster_id, p.group_id, g.group_type, g.group_state,
        MAX(p.commit_timestamp) AS last_commit_at,
        MAX(p.snapshot_id) AS snapshot_id,
        MAX(p.captured_at) AS captured_at
-FROM partition_eta p
+-- partition_lag (queries/views): the rows lag_by_partition lists, summed here
+FROM partition_lag p
 LEFT JOIN consumer_groups g ON g.cluster_id = p.cluster_id AND g.group_id = p.group_id
 GROUP BY p.cluster_id, p.group_id, g.group_type, g.group_state
 ORDER BY total_lag DESC NULLS LAST, p.cluster_id, p.group_id

@@ -20,36 +20,18 @@
 --   commit_timestamp, effective_at (when the commit took effect: its record time, or its
 --   transaction's COMMIT marker time), is_transactional, offsets_partition, log_offset (the
 --   commit record's offset in that __consumer_offsets partition).
-WITH commits AS (
-    SELECT c.cluster_id, c.group_id, c.topic, c.partition, c.committed_offset, c.leader_epoch,
-           c.metadata, c.commit_timestamp, c.is_tombstone, c.producer_id, c.offsets_partition,
-           c.offset AS log_offset,
-           COALESCE(c.record_timestamp, c.commit_timestamp) AS record_time,
-           COALESCE(c.is_transactional, FALSE) AS is_transactional
-    FROM offset_commits c
-    WHERE COALESCE(c.record_timestamp, c.commit_timestamp) <= :as_of
-      AND (:topic IS NULL OR c.topic = :topic)
-      AND (:partition IS NULL OR c.partition = :partition)
-      AND (:group_id IS NULL OR c.group_id = :group_id)
-      AND (:cluster_id IS NULL OR c.cluster_id = :cluster_id)
-),
-effective AS (
-    SELECT c.*,
-           CASE WHEN NOT c.is_transactional THEN c.record_time
-                WHEN m.control_type = 'COMMIT' THEN m.marker_time END AS effective_at
-    FROM commits c
-    -- transaction_outcomes (queries/views): the marker that ended a transactional commit
-    LEFT JOIN transaction_outcomes m
-           ON m.cluster_id = c.cluster_id AND m.offsets_partition = c.offsets_partition
-          AND m.log_offset = c.log_offset
-),
-ranked AS (
+WITH ranked AS (
     SELECT f.*,
            ROW_NUMBER() OVER (
                PARTITION BY f.cluster_id, f.group_id, f.topic, f.partition
                ORDER BY f.log_offset DESC) AS newest_first
-    FROM effective f
-    WHERE f.effective_at <= :as_of
+    -- effective_commits (queries/views): each commit with the time it took effect
+    FROM effective_commits f
+    WHERE f.record_time <= :as_of AND f.effective_at <= :as_of
+      AND (:topic IS NULL OR f.topic = :topic)
+      AND (:partition IS NULL OR f.partition = :partition)
+      AND (:group_id IS NULL OR f.group_id = :group_id)
+      AND (:cluster_id IS NULL OR f.cluster_id = :cluster_id)
 )
 SELECT r.cluster_id, r.group_id, r.topic, r.partition, r.committed_offset, r.leader_epoch,
        r.metadata, r.commit_timestamp, r.effective_at, r.is_transactional, r.offsets_partition,

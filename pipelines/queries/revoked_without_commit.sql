@@ -38,25 +38,15 @@ WITH owned AS (
       AND (:group_id IS NULL OR g.group_id = :group_id)
       AND (:cluster_id IS NULL OR g.cluster_id = :cluster_id)
 ),
-commits AS (
-    SELECT c.cluster_id, c.group_id, c.offsets_partition, c.topic, c.partition,
-           c.committed_offset, c.producer_id, c.offset AS log_offset,
-           COALESCE(c.record_timestamp, c.commit_timestamp) AS record_time,
-           COALESCE(c.is_transactional, FALSE) AS is_transactional
-    FROM offset_commits c
-    WHERE NOT c.is_tombstone
-      AND (:group_id IS NULL OR c.group_id = :group_id)
-      AND (:cluster_id IS NULL OR c.cluster_id = :cluster_id)
-),
 good_commits AS (
     SELECT c.cluster_id, c.group_id, c.offsets_partition, c.topic, c.partition,
            c.committed_offset, c.record_time, c.log_offset
-    FROM commits c
-    -- transaction_outcomes (queries/views): the marker that ended a transactional commit
-    LEFT JOIN transaction_outcomes m
-           ON m.cluster_id = c.cluster_id AND m.offsets_partition = c.offsets_partition
-          AND m.log_offset = c.log_offset
-    WHERE NOT c.is_transactional OR m.control_type IS NULL OR m.control_type <> 'ABORT'
+    -- effective_commits (queries/views): each commit with the marker that ended its transaction
+    FROM effective_commits c
+    WHERE NOT c.is_tombstone
+      AND (:group_id IS NULL OR c.group_id = :group_id)
+      AND (:cluster_id IS NULL OR c.cluster_id = :cluster_id)
+      AND (NOT c.is_transactional OR c.control_type IS NULL OR c.control_type <> 'ABORT')
 ),
 -- Commits and ownership boundaries of each (group, topic, partition) on one log axis: the
 -- running commit count at a boundary is the number of commits before it (a boundary is a

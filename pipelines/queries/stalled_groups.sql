@@ -29,29 +29,13 @@ WITH bounds AS (
         GROUP BY r.cluster_id
     ) b
 ),
-commits AS (
-    SELECT c.cluster_id, c.group_id, c.is_tombstone, c.producer_id, c.offsets_partition,
-           c.offset AS log_offset,
-           COALESCE(c.record_timestamp, c.commit_timestamp) AS record_time,
-           COALESCE(c.is_transactional, FALSE) AS is_transactional
-    FROM offset_commits c
-    WHERE NOT c.is_tombstone AND (:cluster_id IS NULL OR c.cluster_id = :cluster_id)
-),
-effective AS (
-    SELECT c.cluster_id, c.group_id,
-           CASE WHEN NOT c.is_transactional THEN c.record_time
-                WHEN m.control_type = 'COMMIT' THEN m.marker_time END AS effective_at
-    FROM commits c
-    -- transaction_outcomes (queries/views): the marker that ended a transactional commit
-    LEFT JOIN transaction_outcomes m
-           ON m.cluster_id = c.cluster_id AND m.offsets_partition = c.offsets_partition
-          AND m.log_offset = c.log_offset
-),
 last_commit AS (
     SELECT f.cluster_id, f.group_id, MAX(f.effective_at) AS last_commit_at
-    FROM effective f
+    -- effective_commits (queries/views): each commit with the time it took effect
+    FROM effective_commits f
     JOIN bounds b ON b.cluster_id = f.cluster_id
-    WHERE f.effective_at <= b.as_of
+    WHERE NOT f.is_tombstone AND (:cluster_id IS NULL OR f.cluster_id = :cluster_id)
+      AND f.effective_at <= b.as_of
     GROUP BY f.cluster_id, f.group_id
 ),
 current_offsets AS (
