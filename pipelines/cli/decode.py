@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from pipelines.cli.common import UserError, flag_env
@@ -16,45 +17,44 @@ from pipelines.cli.common import UserError, flag_env
 log = logging.getLogger("offsetlake")
 
 
-def _record_json(rec, decoded) -> dict:
-    from pipelines.decode.jsonify import jsonable
-    from pipelines.decode.wire import ZERO_UUID
+def _timestamp_lookup() -> Callable[[dict], int]:
+    """The stored timestamp of a record whose RAW timestamp is null (negative on disk: magic 0
+    messages, or a producer's -1): its batch is decoded again by the exact reader."""
+    from pipelines.sources.record_batches.exact_reader import slow_step
 
-    b = rec.batch
-    key = None
-    if decoded.record_type is not None:
-        key = {"type": decoded.record_type, "name": decoded.type_name, "fields": decoded.key}
-    value = decoded.value
-    if decoded.record_type == 1 and value and value.get("topic_id") == ZERO_UUID:
-        # v4 without the topicId tag: no topic id, as offset_commits.topic_id (null) says
-        value = {**value, "topic_id": None}
-    out = {
-        "partition": b.offsets_partition,
-        "offset": rec.offset,
-        "timestamp": rec.timestamp,
-        "timestamp_type": {0: "CreateTime", 1: "LogAppendTime"}.get(rec.timestamp_type, "NoTimestamp"),
-        "key": key,
-        "value": None if value is None else {"version": decoded.value_version, "fields": value},
-        "batch": {
-            "base_offset": b.base_offset, "producer_id": b.producer_id,
-            "producer_epoch": b.producer_epoch, "transactional": b.is_transactional,
-            "control": b.is_control, "control_type": rec.control_type,
-            "compression": b.compression, "magic": b.magic, "crc_valid": b.crc_valid,
-            "position": b.position,
-        },
-        "decode_status": decoded.decode_status,
-        "decode_error": decoded.decode_error,
-        "file": b.source,
-    }
-    if decoded.decode_status not in ("ok", "tombstone", "control"):
-        out["key_hex"] = rec.key.hex() if rec.key is not None else None
-        out["value_hex"] = rec.value.hex() if rec.value is not None else None
-    return jsonable(out)
+    files: dict[str, bytes] = {}
+    batches: dict[tuple[str, int], dict[int, int]] = {}
+
+    def lookup(row: dict) -> int:
+        where = (row["source"], row["source_position"])
+        if where not in batches:
+            if row["source"] not in files:
+                files.clear()  # one file at a time: rows come file by file
+                files[row["source"]] = Path(row["source"]).read_bytes()
+            data = files[row["source"]]
+            step = slow_step(data, memoryview(data), where[1], len(data), 0, row["source"],
+                             row["offsets_partition"], lambda *_: None)
+            records = step[1][1] if step is not None and step[1] is not None else []
+            batches[where] = {r.offset: r.timestamp for r in records}
+        return batches[where].get(row["offset"], -1)
+
+    return lookup
+
+
+def _write(out, pieces: list) -> None:
+    """Bytes to a text stream's binary buffer (after its pending text), or as text."""
+    buffer = getattr(out, "buffer", None)
+    if buffer is None:
+        out.write(b"".join(pieces).decode("utf-8"))
+        return
+    out.flush()
+    for piece in pieces:
+        buffer.write(piece)
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
-    from pipelines.decode import decode_record, partition_for
-    from pipelines.sources.record_batches.exact_reader import iter_batches
+    from pipelines.decode.dump import json_lines, stats_counts
+    from pipelines.sources.record_batches.arrow_reader import read_arrow
     from pipelines.sources.record_batches.problems import Problem
 
     for p in args.paths:
@@ -65,21 +65,18 @@ def cmd_decode(args: argparse.Namespace) -> int:
     statuses: Counter = Counter()
     wrong_partition = 0
     out = sys.stdout
+    lookup = _timestamp_lookup()
     try:
-        for _batch, records in iter_batches(*args.paths, problems=problems):
-            for rec in records:
-                decoded = decode_record(rec.key, rec.value, rec.batch.is_control)
-                statuses[decoded.decode_status] += 1
-                if args.stats:
-                    _count(stats, rec, decoded)
-                    group = decoded.group_id
-                    part = rec.batch.offsets_partition
-                    if args.num_partitions and group is not None and part >= 0 \
-                            and partition_for(group, args.num_partitions) != part:
-                        wrong_partition += 1
-                else:
-                    out.write(json.dumps(_record_json(rec, decoded), ensure_ascii=False))
-                    out.write("\n")
+        for raw in read_arrow(*args.paths, problems=problems):
+            if args.stats:
+                counts, chunk_statuses, wrong = stats_counts(raw, args.num_partitions)
+                stats.update(counts)
+                statuses.update(chunk_statuses)
+                wrong_partition += wrong
+            else:
+                pieces, chunk_statuses = json_lines(raw, lookup)
+                statuses.update(chunk_statuses)
+                _write(out, pieces)
         out.flush()
     except BrokenPipeError:  # `decode | head`: the reader has all it wants; not a failure
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -110,19 +107,6 @@ def cmd_decode(args: argparse.Namespace) -> int:
                     " ".join(args.paths))
     bad = sum(n for k, n in statuses.items() if k not in ("ok", "tombstone", "control"))
     return 3 if args.strict and (problems or bad or not statuses) else 0
-
-
-def _count(stats: Counter, rec, decoded) -> None:
-    """The --stats histogram of one record."""
-    stats[("type", decoded.type_name or f"unknown({decoded.record_type})")] += 1
-    stats[("status", decoded.decode_status)] += 1
-    if decoded.value_version is not None:
-        stats[("version", f"{decoded.type_name} v{decoded.value_version}")] += 1
-    stats[("compression", rec.batch.compression)] += 1
-    stats[("magic", str(rec.batch.magic))] += 1
-    if not rec.batch.crc_valid:
-        stats[("crc", "invalid")] += 1
-
 
 
 def add_decode_parser(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,329 @@
+"""What ``offsetlake decode`` prints, built from RAW Arrow batches in bulk: JSON lines and
+the ``--stats`` counts.
+
+Why: the per-record writer (``decode_record``, a dict and ``json.dumps`` for every record)
+spent ~25 us per record. Here offset commits and their tombstones (nearly every record of a
+real log) are decoded column-wise by :mod:`.columnar` and their JSON lines assembled column
+by column with Arrow string kernels; every other record (group records, control markers,
+undecodable ones, a v4 value without its tagged-field section) goes through the per-record
+codec and ``json.dumps`` exactly as before. ``--stats`` counts Arrow columns (a group-by over
+type, status and version) instead of building rows. The output is byte for byte the
+per-record writer's: tests/test_decode_dump.py compares both on real and generated logs, the
+old writer kept as the oracle in ``tests/support/decode_oracle.py``.
+
+Pure: Arrow batches in, Arrow strings and counters out; reading files is the caller's job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.decode.columnar import decode_offset_commits
+from pipelines.decode.formats import record_formats
+from pipelines.decode.jsonify import jsonable
+from pipelines.decode.partitioning import partition_for
+from pipelines.decode.records import CONTROL, OK, TOMBSTONE, DecodedRecord, decode_record
+from pipelines.decode.wire import ZERO_UUID
+
+__all__ = ["json_lines", "record_json", "stats_counts"]
+
+_TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
+#: Bytes that json.dumps(ensure_ascii=False) escapes: control characters, quote, backslash.
+_ESCAPED = np.zeros(256, dtype=bool)
+_ESCAPED[:0x20] = _ESCAPED[ord('"')] = _ESCAPED[ord("\\")] = True
+
+#: Looks up a record's timestamp when the RAW row has none (RAW keeps negative ones as null,
+#: the per-record writer printed the stored value): ``(raw row) -> int``.
+TimestampLookup = Callable[[dict[str, Any]], int]
+
+
+# ----------------------------------------------------------------------------- per record
+
+
+def record_json(row: dict[str, Any], timestamp: int, decoded: DecodedRecord) -> dict[str, Any]:
+    """One record's JSON object from its RAW row: the definition the bulk path matches."""
+    key = None
+    if decoded.record_type is not None:
+        key = {"type": decoded.record_type, "name": decoded.type_name, "fields": decoded.key}
+    value = decoded.value
+    if decoded.record_type == 1 and value and value.get("topic_id") == ZERO_UUID:
+        # v4 without the topicId tag: no topic id, as offset_commits.topic_id (null) says
+        value = {**value, "topic_id": None}
+    out = {
+        "partition": row["offsets_partition"],
+        "offset": row["offset"],
+        "timestamp": timestamp,
+        "timestamp_type": _TIMESTAMP_TYPES.get(row["timestamp_type"], "NoTimestamp"),
+        "key": key,
+        "value": None if value is None else {"version": decoded.value_version, "fields": value},
+        "batch": {
+            "base_offset": row["batch_base_offset"], "producer_id": row["producer_id"],
+            "producer_epoch": row["producer_epoch"], "transactional": row["is_transactional"],
+            "control": row["is_control"], "control_type": row["control_type"],
+            "compression": row["compression"], "magic": row["magic"],
+            "crc_valid": row["crc_valid"], "position": row["source_position"],
+        },
+        "decode_status": decoded.decode_status,
+        "decode_error": decoded.decode_error,
+        "file": row["source"],
+    }
+    if decoded.decode_status not in (OK, TOMBSTONE, CONTROL):
+        out["key_hex"] = row["key"].hex() if row["key"] is not None else None
+        out["value_hex"] = row["value"].hex() if row["value"] is not None else None
+    return out
+
+
+def record_line(row: dict[str, Any], timestamp: int, decoded: DecodedRecord) -> str:
+    """:func:`record_json` as one JSON line: ``json.dumps(jsonable(...))`` with bytes turned
+    into base64 by ``default`` instead of a copy of the whole object (the same text: every
+    key is a str already, tuples print as lists)."""
+    return json.dumps(record_json(row, timestamp, decoded), ensure_ascii=False,
+                      default=_base64) + "\n"
+
+
+def _base64(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return jsonable(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _slow_lines(raw: pa.RecordBatch, rows: np.ndarray, stamps: pa.Array,
+                lookup: TimestampLookup | None, statuses: Counter) -> list[str]:
+    """The JSON lines of ``rows`` one record at a time (the rows the bulk path leaves);
+    their decode statuses are counted into ``statuses``."""
+    if not len(rows):
+        return []
+    take = pa.array(rows)
+    sub = raw.drop_columns(["timestamp"]).take(take).to_pylist()
+    out = []
+    for row, ts in zip(sub, stamps.take(take).to_pylist(), strict=True):
+        if ts is None:
+            ts = lookup(row) if lookup is not None else -1
+        decoded = decode_record(row["key"], row["value"], bool(row["is_control"]))
+        statuses[decoded.decode_status] += 1
+        out.append(record_line(row, ts, decoded))
+    return out
+
+
+# ----------------------------------------------------------------------------- in bulk
+
+
+def _lit(text: str) -> pa.Scalar:
+    return pa.scalar(text, pa.string())
+
+
+def _join(*parts: pa.Array | pa.Scalar) -> pa.Array:
+    return pc.binary_join_element_wise(*parts, _lit(""))
+
+
+def _jint(arr: pa.Array) -> pa.Array:
+    """Integers as JSON numbers (null as ``null``)."""
+    return pc.fill_null(pc.cast(arr, pa.string()), "null")
+
+
+def _jbool(arr: pa.Array) -> pa.Array:
+    return pc.fill_null(pc.if_else(arr, _lit("true"), _lit("false")), "null")
+
+
+def _jstr(arr: pa.Array) -> pa.Array:
+    """Strings as ``json.dumps(s, ensure_ascii=False)`` writes them (null as ``null``): quotes
+    around the rest, ``json.dumps`` itself for the few that need escapes."""
+    arr = _array(pc.cast(arr, pa.string()))
+    quoted = _join(_lit('"'), arr, _lit('"'))
+    rows = _escaped_rows(arr)
+    if len(rows):
+        escaped = [json.dumps(s, ensure_ascii=False) for s in arr.take(pa.array(rows)).to_pylist()]
+        mask = np.zeros(len(arr), dtype=bool)
+        mask[rows] = True
+        quoted = pc.replace_with_mask(quoted, pa.array(mask), pa.array(escaped, pa.string()))
+    return pc.fill_null(quoted, "null")
+
+
+def _escaped_rows(arr: pa.Array) -> np.ndarray:
+    """Rows of a string array holding a byte JSON escapes (one table lookup per byte)."""
+    if len(arr) == 0:
+        return np.zeros(0, dtype=np.int64)
+    data, offsets = _values(arr)
+    begin, end = int(offsets[0]), int(offsets[-1])
+    hits = np.flatnonzero(_ESCAPED[np.frombuffer(data, dtype=np.uint8)[begin:end]])
+    if not len(hits):
+        return hits
+    return np.unique(np.searchsorted(offsets, hits + begin, side="right") - 1)
+
+
+def _when(mask: pa.Array, parts: list[pa.Array | pa.Scalar]) -> pa.Array:
+    """The joined ``parts`` where ``mask``, else the empty string (an optional JSON member)."""
+    return pc.if_else(mask, pc.fill_null(_join(*parts), ""), _lit(""))
+
+
+def _value_json(d: pa.RecordBatch) -> pa.Array:
+    """``"value"`` of offset commits: the fields each value version has, in the codec's order
+    (v0/v2: offset, metadata, commit_timestamp; v1 + expire_timestamp; v3 leader_epoch after
+    offset; v4 + topic_id, null for type 1 when the tag is absent, as record_json does)."""
+    ver = pc.fill_null(d.column("value_version"), -1)
+    rtype = d.column("record_type")
+    topic_id = d.column("topic_id")
+    no_id = pc.fill_null(pc.and_(pc.equal(rtype, 1), pc.equal(topic_id, ZERO_UUID)), False)
+    tid = pc.if_else(no_id, _lit("null"), _join(_lit('"'), topic_id, _lit('"')))  # base64url
+    value = _join(
+        _lit('{"version": '), _jint(d.column("value_version")),
+        _lit(', "fields": {"offset": '), _jint(d.column("committed_offset")),
+        _when(pc.greater_equal(ver, 3), [_lit(', "leader_epoch": '), _jint(d.column("leader_epoch"))]),
+        _lit(', "metadata": '), _jstr(d.column("metadata")),
+        _lit(', "commit_timestamp": '), _jint(d.column("commit_timestamp")),
+        _when(pc.equal(ver, 1), [_lit(', "expire_timestamp": '), _jint(d.column("expire_timestamp"))]),
+        _when(pc.equal(ver, 4), [_lit(', "topic_id": '), tid]),
+        _lit("}}"),
+    )
+    return pc.if_else(d.column("is_tombstone"), _lit("null"), value)
+
+
+def _codes(arr: pa.Array, known: pa.Array) -> pa.Array:
+    """``arr`` where its value is among ``known`` (0, 1, ...), else null: indexes for take."""
+    return pc.cast(pc.if_else(pc.is_in(arr, value_set=known), arr, None), pa.int32())
+
+
+def _fast_lines(r: pa.RecordBatch, d: pa.RecordBatch, stamps: pa.Array) -> pa.Array:
+    """JSON lines of well-formed offset commits and their tombstones (RAW rows ``r``, decoded
+    columns ``d``), column by column, in record_json's member order."""
+    names = pa.array(["LegacyOffsetCommit", "OffsetCommit"], pa.string())
+    rtype = d.column("record_type")
+    ts_type = pa.array(list(_TIMESTAMP_TYPES.values()), pa.string()).take(
+        _codes(r.column("timestamp_type"), pa.array([0, 1], pa.int8())))
+    return _join(
+        _lit('{"partition": '), _jint(r.column("offsets_partition")),
+        _lit(', "offset": '), _jint(r.column("offset")),
+        _lit(', "timestamp": '), _jint(stamps),
+        _lit(', "timestamp_type": '), _jstr(pc.fill_null(ts_type, "NoTimestamp")),
+        _lit(', "key": {"type": '), _jint(rtype),
+        _lit(', "name": '), _jstr(names.take(_codes(rtype, pa.array([0, 1], pa.int16())))),
+        _lit(', "fields": {"group": '), _jstr(d.column("group_id")),
+        _lit(', "topic": '), _jstr(d.column("topic")),
+        _lit(', "partition": '), _jint(d.column("partition")),
+        _lit('}}, "value": '), _value_json(d),
+        _lit(', "batch": {"base_offset": '), _jint(r.column("batch_base_offset")),
+        _lit(', "producer_id": '), _jint(r.column("producer_id")),
+        _lit(', "producer_epoch": '), _jint(r.column("producer_epoch")),
+        _lit(', "transactional": '), _jbool(r.column("is_transactional")),
+        _lit(', "control": '), _jbool(r.column("is_control")),
+        _lit(', "control_type": '), _jstr(r.column("control_type")),
+        _lit(', "compression": '), _jstr(r.column("compression")),
+        _lit(', "magic": '), _jint(r.column("magic")),
+        _lit(', "crc_valid": '), _jbool(r.column("crc_valid")),
+        _lit(', "position": '), _jint(r.column("source_position")),
+        _lit('}, "decode_status": '), _jstr(d.column("decode_status")),
+        _lit(', "decode_error": null, "file": '), _jstr(r.column("source")),
+        _lit("}\n"),
+    )
+
+
+def _array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def json_lines(raw: pa.RecordBatch, lookup: TimestampLookup | None = None
+               ) -> tuple[list[memoryview | bytes], Counter]:
+    """The JSON lines (newline included) of ``raw``'s rows (RAW_ARROW_SCHEMA), in order, as
+    byte pieces to write one after the other, and the count of each decode status.
+
+    The bulk lines are built for every row; the rows it cannot stand for are cut out of its
+    buffer and their per-record lines put in their place (no copy of the bulk buffer).
+    ``lookup`` gives the stored timestamp of rows whose RAW timestamp is null (negative on
+    disk, e.g. magic 0); without it they print -1."""
+    control = pc.fill_null(raw.column("is_control"), False)
+    dec = decode_offset_commits(raw.column("key"), raw.column("value"), is_control=control,
+                                chunk_rows=max(1, raw.num_rows)).combine_chunks()
+    stamps = pc.cast(raw.column("timestamp"), pa.int64())
+    fast = pc.and_(pc.is_in(dec.column("decode_status"), pa.array([OK, TOMBSTONE])),
+                   pc.and_(pc.is_null(dec.column("decode_error")), pc.is_valid(stamps)))
+    fast = pc.fill_null(pc.and_(fast, pc.is_in(dec.column("record_type"),
+                                               pa.array([0, 1], pa.int16()))), False)
+    fast_np = _array(fast).to_numpy(zero_copy_only=False)
+    slow_rows = np.flatnonzero(~fast_np)
+    statuses: Counter = Counter()
+    _count_values(statuses, dec.column("decode_status").filter(fast))
+    if fast_np.any():
+        lines = _array(pc.fill_null(_fast_lines(raw, dec, stamps), ""))
+        data, offsets = _values(lines)
+    else:
+        data, offsets = memoryview(b""), np.zeros(raw.num_rows + 1, dtype=np.int64)
+    slow = _slow_lines(raw, slow_rows, stamps, lookup, statuses)
+    pieces: list[memoryview | bytes] = []
+    begin = int(offsets[0])
+    for row, line in zip(slow_rows.tolist(), slow, strict=True):
+        pieces.append(data[begin:int(offsets[row])])
+        pieces.append(line.encode("utf-8"))
+        begin = int(offsets[row + 1])
+    pieces.append(data[begin:int(offsets[-1])])
+    return [p for p in pieces if len(p)], statuses
+
+
+def _values(lines: pa.Array) -> tuple[memoryview, np.ndarray]:
+    """A string array's value bytes and its offsets (no copy)."""
+    width = 8 if pa.types.is_large_string(lines.type) else 4
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64 if width == 8 else np.int32,
+                            count=len(lines) + 1, offset=lines.offset * width)
+    data = lines.buffers()[2]
+    return memoryview(data if data is not None else b""), offsets
+
+
+def _count_values(counter: Counter, column: pa.ChunkedArray | pa.Array) -> None:
+    if len(column):
+        counter.update({c["values"]: c["counts"] for c in pc.value_counts(column).to_pylist()})
+
+
+# ----------------------------------------------------------------------------- --stats
+
+
+def stats_counts(raw: pa.RecordBatch, num_partitions: int | None
+                 ) -> tuple[Counter, Counter, int]:
+    """``(histogram, statuses, partition_for mismatches)`` of ``raw``'s records, as the
+    per-record writer counted them: histogram keys are ``(kind, name)``."""
+    control = pc.fill_null(raw.column("is_control"), False)
+    dec = decode_offset_commits(raw.column("key"), raw.column("value"), is_control=control,
+                                decode_other_types=True, chunk_rows=max(1, raw.num_rows))
+    stats: Counter = Counter()
+    statuses: Counter = Counter()
+    formats = record_formats()
+    groups = dec.select(["record_type", "decode_status", "value_version"]).group_by(
+        ["record_type", "decode_status", "value_version"], use_threads=False
+    ).aggregate([([], "count_all")]).to_pylist()
+    for g in groups:
+        rtype, status, version, n = (g["record_type"], g["decode_status"], g["value_version"],
+                                     g["count_all"])
+        if status == CONTROL:
+            name = "ControlRecord"
+        else:
+            fmt = formats.get(rtype) if rtype is not None else None
+            name = fmt.name if fmt is not None else f"unknown({rtype})"
+        stats[("type", name)] += n
+        stats[("status", status)] += n
+        statuses[status] += n
+        if version is not None:
+            stats[("version", f"{name} v{version}")] += n
+    for kind, column in (("compression", "compression"), ("magic", "magic")):
+        for c in pc.value_counts(raw.column(column)).to_pylist():
+            stats[(kind, c["values"] if kind == "compression" else str(c["values"]))] += c["counts"]
+    crc_bad = pc.invert(pc.fill_null(raw.column("crc_valid"), False))
+    invalid = pc.sum(pc.cast(crc_bad, pa.int64())).as_py() or 0
+    if invalid:
+        stats[("crc", "invalid")] += invalid
+    wrong = _partition_mismatches(dec.column("group_id"), raw.column("offsets_partition"),
+                                  num_partitions) if num_partitions else 0
+    return stats, statuses, wrong
+
+
+def _partition_mismatches(group_id: pa.ChunkedArray, part: pa.Array, num_partitions: int) -> int:
+    """Records whose group hashes (``partition_for``) to another offsets partition."""
+    t = pa.table({"g": group_id, "p": part})
+    t = t.filter(pc.and_(pc.is_valid(t.column("g")), pc.greater_equal(t.column("p"), 0)))
+    counts = t.group_by(["g", "p"], use_threads=False).aggregate([([], "count_all")])
+    return sum(row["count_all"] for row in counts.to_pylist()
+               if partition_for(row["g"], num_partitions) != row["p"])
