@@ -79,7 +79,8 @@ class Expected:
     def final_committed(self) -> dict[tuple[str, str, int], Committed]:
         return {k: Committed(v[0], v[1], v[2]) for k, v in sorted(self.committed.items())}
 
-    def final_groups(self, w: World) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    def final_groups(self, w: World, stories: dict[str, str] = STORIES
+                     ) -> tuple[dict[str, dict[str, Any]], list[str]]:
         names = {t.topic_id: t.name for t in w.topics.values()}
         groups: dict[str, dict[str, Any]] = {}
         deleted = []
@@ -100,7 +101,7 @@ class Expected:
                 deleted.append(g)
                 continue
             groups[g]["offsets_partition"] = self.partition[g]
-            groups[g]["story"] = STORIES[g]
+            groups[g]["story"] = stories[g]
         return groups, deleted
 
     @staticmethod

@@ -17,6 +17,7 @@ from pipelines.demo.live import write_live_capture
 from pipelines.demo.log import SEGMENT_BYTES, Log
 from pipelines.demo.manifest import DemoManifest
 from pipelines.demo.stories import STORIES, STORY_FUNCS
+from pipelines.demo.stories.churn import churn_stories
 from pipelines.demo.world import DEFAULT_START_MS, World
 from pipelines.sources.record_batches.framing import CODEC_NAMES
 
@@ -36,6 +37,7 @@ def generate_cluster(
     compression: str | Sequence[str] = "none",
     segment_bytes: int = SEGMENT_BYTES,
     live: bool = True,
+    group_heavy: int = 0,
 ) -> DemoManifest:
     """Write a simulated cluster's ``__consumer_offsets`` log under ``out_dir`` and return
     what was written with the state the coordinator would rebuild from it.
@@ -48,6 +50,10 @@ def generate_cluster(
 
     ``live`` also writes the brokers' answers at the end of the history as a recorded
     capture under ``out_dir/live`` (:func:`write_live_capture`).
+
+    ``group_heavy`` adds that many churning groups (:mod:`.stories.churn`: classic and
+    KIP-848 groups rebalancing every round) after the default stories; 0 leaves the output
+    exactly as without the option.
     """
     if scale < 1:
         raise ValueError(f"scale must be >= 1, got {scale}")
@@ -60,22 +66,25 @@ def generate_cluster(
     out.mkdir(parents=True, exist_ok=True)
     w = World(seed, scale, DEFAULT_START_MS if start_ms is None else start_ms)
     log = Log(out, w, num_partitions, codecs, segment_bytes)
+    churn, churn_funcs = churn_stories(group_heavy)
     try:
-        for ev in heapq.merge(*(f(w) for f in STORY_FUNCS), key=lambda e: e.ts):
+        for ev in heapq.merge(*(f(w) for f in (*STORY_FUNCS, *churn_funcs)),
+                              key=lambda e: e.ts):
             log.emit(ev)
     finally:
         log.close()
     if any(log.expected.pending.values()):
         # The live answers take LSO == high watermark and require_stable == plain fetch.
         raise AssertionError("a story left a transaction open; the live capture assumes none")
-    groups, deleted = log.expected.final_groups(w)
+    stories = {**STORIES, **churn}
+    groups, deleted = log.expected.final_groups(w, stories)
     counts, partitions = log.counts()
     manifest = DemoManifest(
         out_dir=str(out), num_partitions=num_partitions, seed=seed, scale=scale,
         start_ms=w.start, end_ms=log.last_ts, compression=codecs,
         topics={t.name: {"topic_id": t.topic_id, "partitions": t.partitions}
                 for t in w.topics.values()},
-        broker_restarts_ms=list(w.restarts), stories=dict(STORIES), groups=groups,
+        broker_restarts_ms=list(w.restarts), stories=stories, groups=groups,
         deleted_groups=deleted, committed=log.expected.final_committed(),
         aborted=list(log.expected.aborted), counts=counts, partitions=partitions, audit=w.audit,
     )
@@ -94,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--start-ms", type=int, default=None)
     ap.add_argument("--compression", default="none",
                     help="codec, or comma-separated codecs per broker phase (e.g. none,gzip,zstd)")
+    ap.add_argument("--group-heavy", type=int, default=0, metavar="N",
+                    help="add N churning classic/KIP-848 groups (group-record-heavy history)")
     ap.add_argument("--manifest", type=Path, default=None,
                     help="where to write the manifest JSON (default OUT_DIR/demo-manifest.json)")
     args = ap.parse_args(argv)
@@ -101,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     began, began_cpu = time.perf_counter(), time.process_time()
     manifest = generate_cluster(args.out_dir, num_partitions=args.partitions, seed=args.seed,
                                 scale=args.scale, start_ms=args.start_ms,
-                                compression=codecs[0] if len(codecs) == 1 else codecs)
+                                compression=codecs[0] if len(codecs) == 1 else codecs,
+                                group_heavy=args.group_heavy)
     secs, cpu = time.perf_counter() - began, time.process_time() - began_cpu
     path = manifest.write_manifest(args.manifest or args.out_dir / "demo-manifest.json")
     n = manifest.counts["records"]
