@@ -200,29 +200,39 @@ def _read_headers(
     return tuple(headers), pos
 
 
+def _short_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A zig-zag varint as :func:`read_varint` reads it, one- and two-byte ones by table
+    (lengths < 8192: nearly every ``__consumer_offsets`` record's)."""
+    b = buf[pos]
+    if b < 0x80:
+        return ZIGZAG_1[b], pos + 1
+    if buf[pos + 1] < 0x80:
+        return ZIGZAG_2[(b & 0x7F) | (buf[pos + 1] << 7)], pos + 2
+    return read_varint(buf, pos)
+
+
+def _sized_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    """A record's key or value: a varint length, then that many bytes (null if negative)."""
+    n, pos = _short_varint(buf, pos)
+    if n < 0:
+        return None, pos
+    return buf[pos : pos + n], pos + n
+
+
 def _decode_v2_records(
     buf: bytes, pos: int, end: int, count: int, base_offset: int, base_ts: int,
     append_ts: int | None, ts_type: int, batch: BatchInfo, out: list[Record],
 ) -> int:
     """Append the ``count`` records in ``buf[pos:end]`` to ``out``; return the end position.
 
-    The hot path: one- and two-byte varints (lengths < 8192, small deltas: nearly every
-    ``__consumer_offsets`` record) are decoded inline by table, longer ones by ``read_varint``.
-    On error the records already decoded stay in ``out`` and _Corrupt, ValueError or IndexError
-    propagates. (One function, not one per field: a call per varint costs ~10% here.)
+    The record's one-byte fields (attributes, most timestamp and offset deltas, an empty
+    header count) are read inline, the lengths through :func:`_short_varint`. On error the
+    records already decoded stay in ``out`` and _Corrupt, ValueError or IndexError propagates.
     """
     append, new, rec_cls, no_headers = out.append, _new_tuple, Record, _NO_HEADERS
-    varint, zz1, zz2 = read_varint, ZIGZAG_1, ZIGZAG_2
+    varint, zz1, short, sized = read_varint, ZIGZAG_1, _short_varint, _sized_bytes
     for _ in range(count):
-        b = buf[pos]
-        if b < 0x80:
-            rlen = zz1[b]
-            pos += 1
-        elif buf[pos + 1] < 0x80:
-            rlen = zz2[(b & 0x7F) | (buf[pos + 1] << 7)]
-            pos += 2
-        else:
-            rlen, pos = varint(buf, pos)
+        rlen, pos = short(buf, pos)
         rend = pos + rlen
         if rend > end or rlen < 6:
             raise _Corrupt(f"record length {rlen} at {pos} outside its batch")
@@ -238,32 +248,8 @@ def _decode_v2_records(
             pos += 1
         else:
             off_delta, pos = varint(buf, pos)
-        b = buf[pos]
-        if b < 0x80:
-            klen = zz1[b]
-            pos += 1
-        elif buf[pos + 1] < 0x80:
-            klen = zz2[(b & 0x7F) | (buf[pos + 1] << 7)]
-            pos += 2
-        else:
-            klen, pos = varint(buf, pos)
-        if klen < 0:
-            key = None
-        else:
-            key, pos = buf[pos : pos + klen], pos + klen
-        b = buf[pos]
-        if b < 0x80:
-            vlen = zz1[b]
-            pos += 1
-        elif buf[pos + 1] < 0x80:
-            vlen = zz2[(b & 0x7F) | (buf[pos + 1] << 7)]
-            pos += 2
-        else:
-            vlen, pos = varint(buf, pos)
-        if vlen < 0:
-            value = None
-        else:
-            value, pos = buf[pos : pos + vlen], pos + vlen
+        key, pos = sized(buf, pos)
+        value, pos = sized(buf, pos)
         if buf[pos] == 0:
             headers = no_headers
             pos += 1
@@ -335,29 +321,23 @@ def decode_v2_batch(
 # --------------------------------------------------------------------------------------------
 
 
+def _legacy_bytes(buf: bytes, pos: int, end: int, what: str) -> tuple[bytes | None, int]:
+    """A legacy message's key or value (``what``): an int32 length, then that many bytes
+    (null for a negative length)."""
+    if pos + 4 > end:
+        raise _Corrupt(f"message ends inside its {what} length")
+    n = _I.unpack_from(buf, pos)[0]
+    pos += 4
+    if n < 0:
+        return None, pos
+    if pos + n > end:
+        raise _Corrupt(f"{what} length {n} runs past its message")
+    return buf[pos : pos + n], pos + n
+
+
 def _legacy_key_value(buf: bytes, pos: int, end: int) -> tuple[bytes | None, bytes | None, int]:
-    if pos + 4 > end:
-        raise _Corrupt("message ends inside its key length")
-    klen = _I.unpack_from(buf, pos)[0]
-    pos += 4
-    if klen < 0:
-        key = None
-    else:
-        if pos + klen > end:
-            raise _Corrupt(f"key length {klen} runs past its message")
-        key = buf[pos : pos + klen]
-        pos += klen
-    if pos + 4 > end:
-        raise _Corrupt("message ends inside its value length")
-    vlen = _I.unpack_from(buf, pos)[0]
-    pos += 4
-    if vlen < 0:
-        value = None
-    else:
-        if pos + vlen > end:
-            raise _Corrupt(f"value length {vlen} runs past its message")
-        value = buf[pos : pos + vlen]
-        pos += vlen
+    key, pos = _legacy_bytes(buf, pos, end, "key")
+    value, pos = _legacy_bytes(buf, pos, end, "value")
     return key, value, pos
 
 
