@@ -7,7 +7,7 @@ model produces those records in the order and shapes of the golden capture.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pipelines.demo.assignors import (
@@ -106,6 +106,15 @@ class ClassicGroup:
         ts += self.s.rng.randint(*gap)
         yield Records(ts, self.s.group, [self.rebalance(ts, members)])
         return ts
+
+    def rebalances(self, steps: Sequence[tuple[int, int, list[Member], float]],
+                   phase: Callable[[int, int, list[Member], float], Iterator[Event]],
+                   ) -> Iterator[Event]:
+        """A group's membership timeline: for each step ``(t0, t1, members, k)`` a rebalance
+        to ``members`` at ``t0``, then their commit ``phase`` until ``t1`` (``k`` rounds)."""
+        for t0, t1, members, k in steps:
+            yield Records(t0, self.s.group, [self.rebalance(t0, members)])
+            yield from phase(t0, t1, members, k)
 
     def empty(self, ts: int) -> tuple[int, dict[str, Any], dict[str, Any]]:
         """The last member left: a new generation without protocol, leader or members."""

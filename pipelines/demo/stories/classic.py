@@ -30,19 +30,14 @@ def orders_processor(w: World) -> Iterator[Event]:
 
     t = yield from g.start(w.at(0.01), [m1], (20, 60))
     yield from phase(t, w.at(0.15), [m1], 8)
-    t = w.at(0.15)
-    yield Records(t, s.group, [g.rebalance(t, [m1, m2])])
-    yield from phase(t, w.at(0.30), [m1, m2], 8)
-    t = w.at(0.30)
-    yield Records(t, s.group, [g.rebalance(t, [m1, m2, m3])])
-    yield from phase(t, w.at(0.45), [m1, m2, m3], 8)
-    t = w.at(0.45)  # m1 sends LeaveGroup; m2 (next in line) becomes the leader
-    yield Records(t, s.group, [g.rebalance(t, [m2, m3])])
-    yield from phase(t, w.at(0.60), [m2, m3], 8)
-    t = w.at(0.60)
+    yield from g.rebalances([
+        (w.at(0.15), w.at(0.30), [m1, m2], 8),
+        (w.at(0.30), w.at(0.45), [m1, m2, m3], 8),
+        # m1 sends LeaveGroup; m2 (next in line) becomes the leader
+        (w.at(0.45), w.at(0.60), [m2, m3], 8),
+    ], phase)
     m1b = s.classic_member(m1.client_id, "java", topics, host=m1.host)  # restarted process
-    yield Records(t, s.group, [g.rebalance(t, [m2, m3, m1b])])
-    yield from phase(t, w.at(0.995), [m2, m3, m1b], 16)
+    yield from g.rebalances([(w.at(0.60), w.at(0.995), [m2, m3, m1b], 16)], phase)
 
 
 def billing_batch(w: World) -> Iterator[Event]:
@@ -61,17 +56,11 @@ def billing_batch(w: World) -> Iterator[Event]:
     ops.append(g.rebalance(t, [w1]))  # both records in one batch happens too (golden a-kip70)
     yield Records(t, s.group, ops)
     yield from phase(t, w.at(0.12), [w1], 3)
-    t = w.at(0.12)
-    yield Records(t, s.group, [g.rebalance(t, [w1, w2])])
-    yield from phase(t, w.at(0.20), [w1, w2], 3)
-    t = w.at(0.20)
-    yield Records(t, s.group, [g.rebalance(t, [w1])])
-    yield from phase(t, w.at(0.25), [w1], 2)
+    yield from g.rebalances([(w.at(0.12), w.at(0.20), [w1, w2], 3),
+                             (w.at(0.20), w.at(0.25), [w1], 2)], phase)
     t = w.at(0.25)
     yield Records(t, s.group, [g.empty(t)])
-    t = w.at(0.50)
-    yield Records(t, s.group, [g.rebalance(t, [w3])])
-    yield from phase(t, w.at(0.55), [w3], 2)
+    yield from g.rebalances([(w.at(0.50), w.at(0.55), [w3], 2)], phase)
     t = w.at(0.55)
     yield Records(t, s.group, [g.empty(t)])
 
@@ -134,9 +123,5 @@ def events_etl(w: World) -> Iterator[Event]:
 
     t = yield from g.start(w.at(0.0) + 500, [r1], (15, 40))
     yield from phase(t, w.at(0.03), [r1], 2)
-    t = w.at(0.03)
-    yield Records(t, s.group, [g.rebalance(t, [r1, r2])])
-    yield from phase(t, w.at(0.50), [r1, r2], 70)
-    t = w.at(0.50)
-    yield Records(t, s.group, [g.rebalance(t, [r1, r2, r3])])
-    yield from phase(t, w.at(0.995), [r1, r2, r3], 75)
+    yield from g.rebalances([(w.at(0.03), w.at(0.50), [r1, r2], 70),
+                             (w.at(0.50), w.at(0.995), [r1, r2, r3], 75)], phase)

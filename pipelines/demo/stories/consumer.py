@@ -13,7 +13,7 @@ from typing import Any
 from pipelines.decode import encode_subscription
 from pipelines.demo.classic import ClassicGroup
 from pipelines.demo.consumer import STABLE, ConsumerGroup, MemberCurrent
-from pipelines.demo.world import Event, Records, Story, World
+from pipelines.demo.world import Event, Member, Records, Story, World
 
 __all__ = ["clicks_848", "inventory_848", "legacy_upgrade", "mixed_migrate"]
 
@@ -24,15 +24,13 @@ def clicks_848(w: World) -> Iterator[Event]:
     m1 = s.kip848_member("consumer-clicks-848-1", ["clicks"])
     m2 = s.kip848_member("consumer-clicks-848-2", ["clicks"], instance_id="clicks-848-static-2")
     m3 = s.kip848_member("consumer-clicks-848-3", ["clicks"])
-    t = w.at(0.04)
-    yield from g.join(t, m1)
-    yield from g.commits(t + 1000, w.at(0.20), [m1], 6)
-    t = w.at(0.20)
-    yield from g.join(t, m2)
-    yield from g.commits(t + 3000, w.at(0.55), [m1, m2], 8)
-    t = w.at(0.55)
-    yield from g.join(t, m3)
-    yield from g.commits(t + 3000, w.at(0.995), [m1, m2, m3], 12)
+    joined: list[Member] = []  # three consumers join one after another
+    for m, start, settle_ms, end, k in ((m1, 0.04, 1000, 0.20, 6), (m2, 0.20, 3000, 0.55, 8),
+                                        (m3, 0.55, 3000, 0.995, 12)):
+        t = w.at(start)
+        yield from g.join(t, m)
+        joined.append(m)
+        yield from g.commits(t + settle_ms, w.at(end), list(joined), k)
 
 
 def inventory_848(w: World) -> Iterator[Event]:
