@@ -53,6 +53,7 @@ from tests.support.fake_broker import (
     control_batch,
     record_batch,
 )
+from tests.support.golden_kafka import serving_scenario
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +73,7 @@ def _registered(spark) -> None:
 @pytest.fixture
 def golden_kafka(scenario_a: Path) -> Iterator[FakeKafkaCluster]:
     """Fake brokers serving the five real scenario-a ``__consumer_offsets`` logs."""
-    with FakeKafkaCluster(max_lifetime_s=300) as cluster:
-        for p in range(5):
-            cluster.load_segments(OFFSETS_TOPIC, p, sorted(
-                (scenario_a / "segments" / f"{OFFSETS_TOPIC}-{p}").glob("*.log")))
+    with serving_scenario(scenario_a, max_lifetime_s=300) as cluster:
         yield cluster
 
 

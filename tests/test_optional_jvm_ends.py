@@ -44,7 +44,8 @@ from pipelines.sources.kafka.spark_connector import (
 )
 from pipelines.spark import has_delta_jars, has_kafka_connector, jvm_class_visible
 from tests.conftest import table_rows
-from tests.support.fake_broker import OFFSETS_TOPIC, FakeKafkaCluster
+from tests.support.fake_broker import FakeKafkaCluster
+from tests.support.golden_kafka import serving_scenario
 
 pytestmark = pytest.mark.spark
 
@@ -324,10 +325,7 @@ def test_delta_spark_maintenance_keeps_rows_and_raises_retention(delta_spark: An
 @pytest.fixture
 def golden_kafka(scenario_a: Path) -> Iterator[FakeKafkaCluster]:
     """The in-test Kafka protocol server serving the five real scenario-a logs."""
-    with FakeKafkaCluster(max_lifetime_s=600) as cluster:
-        for p in range(5):
-            cluster.load_segments(OFFSETS_TOPIC, p, sorted(
-                (scenario_a / "segments" / f"{OFFSETS_TOPIC}-{p}").glob("*.log")))
+    with serving_scenario(scenario_a, max_lifetime_s=600) as cluster:
         yield cluster
 
 
