@@ -165,8 +165,15 @@ class StructCodec:
         reg_decoders = {f.name: c[0] for f, c in regular}
         reg_encoders = [(f, c[1]) for f, c in regular]
 
+        plain = [(f.name, c[0]) for f, c in regular]
+        if len(regular) == len(present) and not any(f.optional_trailing for f in present):
+            order = []  # only regular fields: the loop below, without its per-field tests
+
         def decode(buf: bytes, pos: int) -> tuple[dict, int]:
             out: dict[str, Any] = {}
+            if not order:
+                for name, dec in plain:
+                    out[name], pos = dec(buf, pos)
             for name, is_tagged, spec in order:
                 if is_tagged:
                     out[name] = _copy_default(spec.default)
@@ -261,7 +268,7 @@ def _field_codec(
     if ftype == "string":
         reader = wire.read_compact_string if flexible else wire.read_string
         return (
-            lambda buf, pos: reader(buf, pos, nullable),
+            (lambda buf, pos: reader(buf, pos, True)) if nullable else reader,
             lambda out, v: wire.write_string(out, v, flexible),
         )
     if ftype == "bytes":

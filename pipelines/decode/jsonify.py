@@ -17,5 +17,14 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+def _base64(value: Any) -> str:
+    """``default`` for json.dumps: bytes as base64, exactly as :func:`jsonable` writes them."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(jsonable(value), ensure_ascii=False, separators=(",", ":"))
+    """``json.dumps(jsonable(value))`` compactly, without copying ``value`` first (the same
+    text: decoded records have str keys only, and json writes tuples as lists)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_base64)

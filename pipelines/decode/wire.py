@@ -8,6 +8,7 @@ Readers take ``(buf, pos)`` and return ``(value, new_pos)``; writers append to a
 from __future__ import annotations
 
 import base64
+import functools
 import struct
 
 _I8 = struct.Struct(">b")
@@ -65,31 +66,46 @@ def _take(buf: bytes, pos: int, n: int) -> tuple[bytes, int]:
     return bytes(buf[pos:end]), end
 
 
-def _utf8(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise WireError(f"invalid UTF-8: {exc}") from None
+_unpack_i16 = _I16.unpack_from
 
 
 def read_string(buf: bytes, pos: int, nullable: bool = False) -> tuple[str | None, int]:
-    n, pos = read_int16(buf, pos)
+    # the hot path of every group record: read_int16, _take and _utf8 inlined (same checks,
+    # same messages)
+    if pos + 2 > len(buf):
+        raise WireError(f"need 2 bytes at {pos}, have {len(buf) - pos}")
+    n = _unpack_i16(buf, pos)[0]
+    pos += 2
     if n < 0:
         if nullable and n == -1:
             return None, pos
         raise WireError(f"negative string length {n}")
-    raw, pos = _take(buf, pos, n)
-    return _utf8(raw), pos
+    end = pos + n
+    if end > len(buf):
+        raise WireError(f"need {n} bytes at {pos}, have {len(buf) - pos}")
+    try:
+        return str(buf[pos:end], "utf-8"), end
+    except UnicodeDecodeError as exc:
+        raise WireError(f"invalid UTF-8: {exc}") from None
 
 
 def read_compact_string(buf: bytes, pos: int, nullable: bool = False) -> tuple[str | None, int]:
-    n, pos = read_uvarint(buf, pos)
+    if pos < len(buf) and buf[pos] < 0x80:  # a one-byte length (strings under 127 bytes)
+        n = buf[pos]
+        pos += 1
+    else:
+        n, pos = read_uvarint(buf, pos)
     if n == 0:
         if nullable:
             return None, pos
         raise WireError("null in a non-nullable compact string")
-    raw, pos = _take(buf, pos, n - 1)
-    return _utf8(raw), pos
+    end = pos + n - 1
+    if n < 1 or end > len(buf):
+        raise WireError(f"need {n - 1} bytes at {pos}, have {len(buf) - pos}")
+    try:
+        return str(buf[pos:end], "utf-8"), end
+    except UnicodeDecodeError as exc:
+        raise WireError(f"invalid UTF-8: {exc}") from None
 
 
 def read_bytes(buf: bytes, pos: int, nullable: bool = False) -> tuple[bytes | None, int]:
@@ -115,6 +131,7 @@ def read_uuid(buf: bytes, pos: int) -> tuple[str, int]:
     return uuid_to_str(raw), pos
 
 
+@functools.lru_cache(maxsize=1 << 16)  # topic and member ids repeat in every group record
 def uuid_to_str(raw: bytes) -> str:
     """Kafka's ``Uuid.toString``: URL-safe base64 without padding (22 chars)."""
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")

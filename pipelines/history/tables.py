@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.decode import OK, TOMBSTONE, decode_record
+from pipelines.decode import OK, TOMBSTONE, DecodedRecord, decode_record
 from pipelines.decode.columnar import decode_offset_commits
 from pipelines.decode.jsonify import dumps
 from pipelines.decode.wire import ZERO_UUID
@@ -71,7 +71,7 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
 
     record_type = offsets.column("record_type").combine_chunks()
     error = offsets.column("decode_error").combine_chunks()
-    group_rows: list[dict] = []
+    group_rows: list[pa.Table] = []
     group_records: list[GroupRecord] = []
     if len(deferred):
         d_type, d_status, d_error = _decode_deferred(raw, deferred, ingested_at, group_rows,
@@ -92,7 +92,7 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
     offsets_raw = offsets_raw.append_column("ingest_batch_id", pa.array(np.full(n, batch_id, np.int64)))
     offset_commits = _offset_commits(raw, offsets, record_type, status, stamps)
     gm_contract = contract("group_metadata")
-    group_metadata = pa.Table.from_pylist(group_rows, schema=gm_contract.arrow_schema) if group_rows \
+    group_metadata = pa.concat_tables(group_rows) if group_rows \
         else gm_contract.arrow_schema.empty_table()
     return HistoryBatch(
         offsets_raw=contract("offsets_raw").conform(offsets_raw),
@@ -103,17 +103,23 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
 
 
 def _decode_deferred(raw: pa.Table, deferred: np.ndarray, ingested_at: datetime,
-                     group_rows: list[dict], group_records: list[GroupRecord]
+                     group_rows: list[pa.Table], group_records: list[GroupRecord]
                      ) -> tuple[list, list, list]:
     """The rows the columnar decoder left (group records, malformed ones) decoded one by
-    one: their (record type, status, error) columns; each group record that decoded is
-    appended to ``group_rows`` (its ``group_metadata`` row) and ``group_records``."""
+    one: their (record type, status, error) columns; the group records that decoded are
+    appended to ``group_records`` and, as one ``group_metadata`` table, to ``group_rows``.
+
+    Column lists, not a dict per row: on group-heavy logs (KIP-848 writes a record per
+    member, epoch and assignment change) the per-row dicts cost as much as the decoding."""
     sub = raw.select(["cluster_id", "offsets_partition", "offset", "timestamp", "key",
                       "value"]).take(pa.array(deferred))
+    cluster, part, offset, stamp, keys, values = (c.to_pylist() for c in sub.columns)
     d_type, d_status, d_error = [], [], []
-    for row in (sub.select(["cluster_id", "offsets_partition", "offset", "timestamp",
-                                        "key", "value"]).to_pylist()):
-        rec = decode_record(row["key"], row["value"])
+    kept: list[int] = []
+    recs: list[DecodedRecord] = []
+    subkeys: list[str] = []
+    for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+        rec = decode_record(key, value)
         d_type.append(rec.record_type)
         d_status.append(rec.decode_status)
         d_error.append(rec.decode_error)
@@ -121,13 +127,18 @@ def _decode_deferred(raw: pa.Table, deferred: np.ndarray, ingested_at: datetime,
             continue
         subkey = next((rec.key[k] for k in GROUP_SUBKEYS if k in rec.key), "")
         latest = LatestRecord(rec.record_type, subkey, rec.value is None, rec.value,
-                              row["offsets_partition"], row["offset"], row["timestamp"],
-                              rec.value_version)
-        group_records.append(GroupRecord(row["cluster_id"], rec.group_id, latest))
-        group_row = _group_metadata_row(rec.group_id, subkey, rec, row["offsets_partition"],
-                                        row["offset"], row["timestamp"])
-        group_row.update(cluster_id=row["cluster_id"], ingested_at=ingested_at)
-        group_rows.append(group_row)
+                              part[i], offset[i], stamp[i], rec.value_version)
+        group_records.append(GroupRecord(cluster[i], rec.group_id, latest))
+        kept.append(i)
+        recs.append(rec)
+        subkeys.append(subkey)
+    if kept:
+        group_rows.append(_group_metadata_table(
+            recs, subkeys, {"cluster_id": [cluster[i] for i in kept],
+                            "offsets_partition": [part[i] for i in kept],
+                            "offset": [offset[i] for i in kept],
+                            "record_timestamp": [stamp[i] for i in kept],
+                            "ingested_at": [ingested_at] * len(kept)}))
     return d_type, d_status, d_error
 
 
@@ -175,31 +186,35 @@ def _epoch_of(value: dict) -> int | None:
     return None
 
 
-def _group_metadata_row(group_id: str, subkey: str, rec, part: int, offset: int, ts) -> dict:
-    v = rec.value or {}
-    members = None
-    if rec.record_type == 2 and rec.value is not None:
-        members = [_classic_member(m) for m in v.get("members") or ()]
-    cst = v.get("current_state_timestamp")
-    return {
-        "group_id": group_id,
-        "record_type": rec.record_type,
-        "record_type_name": rec.type_name,
-        "member_id": subkey or None,
-        "is_tombstone": rec.value is None,
-        "value_version": rec.value_version,
-        "protocol_type": v.get("protocol_type"),
-        "generation": _epoch_of(v),
-        "protocol": v.get("protocol"),
-        "leader": v.get("leader"),
-        "current_state_timestamp": datetime.fromtimestamp(cst / 1000, tz=timezone.utc) if cst and cst > 0 else None,
-        "members": members,
-        "value_json": dumps(rec.value) if rec.value is not None else None,
-        "offsets_partition": part,
-        "offset": offset,
-        "record_timestamp": ts,
-        "decode_status": rec.decode_status,
+def _group_metadata_table(recs: list[DecodedRecord], subkeys: list[str],
+                          known: dict[str, list]) -> pa.Table:
+    """The ``group_metadata`` rows of decoded group records, built column by column (the
+    ``known`` columns come from the raw rows); each column converted by Arrow as
+    ``Table.from_pylist`` would."""
+    vals = [r.value or {} for r in recs]
+    csts = [v.get("current_state_timestamp") for v in vals]
+    columns = {
+        **known,
+        "group_id": [r.group_id for r in recs],
+        "record_type": [r.record_type for r in recs],
+        "record_type_name": [r.type_name for r in recs],
+        "member_id": [s or None for s in subkeys],
+        "is_tombstone": [r.value is None for r in recs],
+        "value_version": [r.value_version for r in recs],
+        "protocol_type": [v.get("protocol_type") for v in vals],
+        "generation": [_epoch_of(v) for v in vals],
+        "protocol": [v.get("protocol") for v in vals],
+        "leader": [v.get("leader") for v in vals],
+        "current_state_timestamp": [datetime.fromtimestamp(c / 1000, tz=timezone.utc)
+                                    if c and c > 0 else None for c in csts],
+        "members": [[_classic_member(m) for m in v.get("members") or ()]
+                    if r.record_type == 2 and r.value is not None else None
+                    for r, v in zip(recs, vals, strict=True)],
+        "value_json": [dumps(r.value) if r.value is not None else None for r in recs],
+        "decode_status": [r.decode_status for r in recs],
     }
+    schema = contract("group_metadata").arrow_schema
+    return pa.table([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
 
 
 def _classic_member(m: dict) -> dict:

@@ -1,0 +1,163 @@
+"""Benchmark (b) of issue 9: a group-record-heavy history, end to end and on the decode path.
+
+Why: KIP-848, share and streams groups (and classic groups that rebalance all the time)
+write a record per member, epoch and assignment change; those records were decoded one by
+one with a dict per row. This script generates such a history with the demo generator
+(``--group-heavy``: churning classic and KIP-848 groups; default scale 140 x 100 groups ~ 2M
+records, ~40% group records) and measures, in one process and on the same files:
+
+* baseline: the naive per-record path (exact reader record objects, ``decode_record`` for
+  every record, a dict per group record as history/tables.py built them before);
+* decode path: ``read_arrow`` + ``history.tables.build_history`` (the three history tables
+  and the state's group records) in 500k-record chunks;
+* decode for output: ``offsetlake decode`` JSON lines (bulk writer) and ``--stats``;
+* end to end: ``offsetlake ingest --source segments`` in a fresh process and a fresh lake
+  (every table written and committed, Spark start included), as a user runs it; and the
+  same job without Spark (``ingest_segments_local``) in this process.
+
+Wall and CPU seconds, best of ``--repeat`` for the in-process stages (the machine is shared).
+Goal in the issue: >= 150k records/s end to end.
+
+    python benchmarks/group_heavy.py [--data DIR] [--scale 140] [--groups 100] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+GOAL = 150_000  # records/s end to end (issue 9)
+GROUP_TYPES = frozenset(range(2, 24))
+
+
+def timed(repeat: int, fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """Best wall and best CPU seconds of ``repeat`` calls, and the last result."""
+    wall = cpu = float("inf")
+    result = None
+    for _ in range(repeat):
+        w0, c0 = time.perf_counter(), time.process_time()
+        result = fn()
+        wall = min(wall, time.perf_counter() - w0)
+        cpu = min(cpu, time.process_time() - c0)
+    return wall, cpu, result
+
+
+def naive_baseline(data: Path) -> tuple[int, int]:
+    """Per record: record objects, decode_record, a dict per group record (as before)."""
+    from pipelines.decode import OK, TOMBSTONE, decode_record
+    from pipelines.decode.jsonify import jsonable
+    from pipelines.sources.record_batches.exact_reader import read_records
+
+    n = groups = 0
+    rows = []
+    for rec in read_records(data):
+        n += 1
+        d = decode_record(rec.key, rec.value, rec.batch.is_control)
+        if d.record_type in GROUP_TYPES and d.decode_status in (OK, TOMBSTONE):
+            groups += 1
+            rows.append({"group_id": d.group_id, "record_type": d.record_type,
+                         "offset": rec.offset, "value": jsonable(d.value)})
+    return n, groups
+
+
+def decode_path(data: Path) -> int:
+    """RAW Arrow chunks -> the history tables and the state's group records."""
+    import pyarrow as pa
+
+    from pipelines.history.tables import build_history
+    from pipelines.sources.record_batches.arrow_reader import read_arrow
+
+    n = 0
+    now = datetime.now(timezone.utc)
+    for i, batch in enumerate(read_arrow(data, cluster_id="bench", rows_per_batch=500_000)):
+        h = build_history(pa.Table.from_batches([batch]), i, now)
+        n += h.offsets_raw.num_rows
+    return n
+
+
+def cli_run(args: list[str], cwd: Path) -> tuple[float, float, int]:
+    """Wall and CPU seconds (children included) of ``offsetlake ARGS`` in a fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=cwd,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        logging.warning("offsetlake %s exited %d: %s", args[0], done.returncode,
+                        done.stderr[-2000:])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.returncode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, default=None, help="an existing generated history")
+    ap.add_argument("--scale", type=int, default=140)
+    ap.add_argument("--groups", type=int, default=100, help="churning groups (--group-heavy)")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--no-spark", action="store_true", help="skip the `offsetlake ingest` run")
+    ap.add_argument("--workdir", type=Path, default=None)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="offsetlake-group-heavy-"))
+    data = args.data
+    if data is None:
+        from pipelines.demo import generate_cluster
+
+        data = work / "data"
+        w0 = time.perf_counter()
+        generate_cluster(data, scale=args.scale, group_heavy=args.groups, live=False)
+        print(f"generated in {time.perf_counter() - w0:.1f} s: {data}")
+
+    rows: list[tuple[str, int, float, float]] = []
+    wall, cpu, (n, groups) = timed(1, lambda: naive_baseline(data))
+    print(f"{n:,} records, {groups:,} group records ({100 * groups / n:.1f}%)")
+    rows.append(("baseline: per record (record objects, decode_record, dicts)", n, wall, cpu))
+    wall, cpu, m = timed(args.repeat, lambda: decode_path(data))
+    rows.append(("decode path: read_arrow + build_history", m, wall, cpu))
+    for label, extra in (("offsetlake decode (JSON lines), process", []),
+                         ("offsetlake decode --stats, process", ["--stats"])):
+        best = min((cli_run(["decode", str(data), *extra], work) for _ in range(args.repeat)),
+                   key=lambda r: r[0])
+        rows.append((label, n, best[0], best[1]))
+    from pipelines.ingest import ingest_segments_local
+
+    lake = work / "lake-local"
+    wall, cpu, rep = timed(1, lambda: ingest_segments_local(data, lake, cluster_id="bench"))
+    rows.append(("end to end, no Spark (ingest_segments_local)", rep.records, wall, cpu))
+    if not args.no_spark:
+        lake = work / "lake"
+        wall, cpu, code = cli_run(["ingest", "--source", "segments", "--path", str(data),
+                                   "--lake", str(lake), "--cluster-id", "bench"], work)
+        rows.append((f"end to end: offsetlake ingest, process (exit {code})", n, wall, cpu))
+
+    print(f"\n{'stage':<62}{'records':>11}{'wall s':>9}{'CPU s':>9}{'rec/s wall':>12}"
+          f"{'rec/s CPU':>12}")
+    for label, count, wall, cpu in rows:
+        print(f"{label:<62}{count:>11,}{wall:>9.2f}{cpu:>9.2f}{count / wall:>12,.0f}"
+              f"{count / max(cpu, 1e-9):>12,.0f}")
+    base = rows[0][1] / rows[0][2]
+    print(f"\ndecode path vs per-record baseline: {rows[1][1] / rows[1][2] / base:.1f}x (wall)")
+    e2e = rows[-1][1] / rows[-1][2]
+    print(f"end to end: {e2e:,.0f} records/s; goal >= {GOAL:,}: {'met' if e2e >= GOAL else 'NOT met'}")
+    if args.workdir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
