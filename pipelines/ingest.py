@@ -46,6 +46,8 @@ from pipelines.state.audit import TABLES as AUDIT_TABLES
 from pipelines.state.audit import audit_batch
 from pipelines.state.audit import backfill as audit_backfill
 from pipelines.state.audit import backfill_clusters as audit_backfill_clusters
+from pipelines.state.progress import TABLE as PROGRESS
+from pipelines.state.progress import record_progress
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +220,9 @@ def commit_batch(engine: DeltaEngine, parts: list[HistoryPart], batch_id: int, a
     for table, n in audit_batch(engine, state, app_id, batch_id, now).items():  # after the state
         wrote = True
         report.rows[table] += n
+    if progressed := record_progress(engine, app_id, batch_id, now):  # reconcile reads it
+        wrote = True
+        report.rows[PROGRESS] += progressed
     statuses = sum((p.statuses for p in parts), Counter())
     report.batches += 1
     report.records += records

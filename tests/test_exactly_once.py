@@ -89,14 +89,15 @@ def clean_lake(scenario: Path, tmp_path_factory) -> Path:
     return _clean_lake(scenario, tmp_path_factory)
 
 
-# A clean run of scenario-a makes 51 writes, of the generated one 54 (5 batches x history
+# A clean run of scenario-a makes 56 writes, of the generated one 59 (5 batches x history
 # commits, state merges, then the audit: commit_attribution append, offset_anomalies merge when
-# a batch finds one, offset_audit_cursor merge last). Crash before each of the first batch's
-# writes, then at the later batches' topic_names merges (scenario-a 18, 47; generated 17),
-# their audit writes (scenario-a 20, 21, 51; generated 20, 21, 22, 54) and points in between.
-TOTAL_WRITES = {"scenario-a": 51, "generated": 54}
-CRASH_POINTS = {"scenario-a": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 18, 20, 21, 31, 47, 51],
-                "generated": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 17, 20, 21, 22, 33, 54]}
+# a batch finds one, offset_audit_cursor merge; ingest_progress merge last). Crash before each of
+# the first batch's writes, then at the later batches' topic_names merges (scenario-a 19, 51;
+# generated 18), their audit writes (scenario-a 21, 22, 55; generated 21, 22, 23, 58), their
+# ingest_progress merges (scenario-a 23, 56; generated 24, 59) and points in between.
+TOTAL_WRITES = {"scenario-a": 56, "generated": 59}
+CRASH_POINTS = {"scenario-a": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 19, 21, 22, 23, 34, 51, 55, 56],
+                "generated": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 18, 21, 22, 23, 24, 35, 58, 59]}
 
 
 @pytest.mark.parametrize(("name", "crash_at"),

@@ -136,7 +136,9 @@ def _arrow_equals(col: str, value: Any) -> pc.Expression:
 def _arrow_in(col: str, values: list) -> pc.Expression:
     present = [v for v in values if v is not None]
     expr = None
-    if present:
+    if len(present) == 1:  # an equality prunes files on their statistics; isin may not
+        expr = _arrow_equals(col, present[0])
+    elif present:
         expr = _arrow_field(col, present[0]).isin(present)
     if len(present) != len(values):
         null = pc.field(col).is_null()

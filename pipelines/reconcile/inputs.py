@@ -3,7 +3,9 @@
 Why: classification (:mod:`pipelines.reconcile.reconcile`) works on small plain dicts: the
 lake's rebuilt coordinator state (committed offsets, groups, members, tombstoned groups, how
 far each ``__consumer_offsets`` partition was ingested) and one stored snapshot of the
-cluster's answers. Reading them is this module's one job.
+cluster's answers. Reading them is this module's one job; each read is of a state or
+snapshot table (how far each partition was ingested comes from ``ingest_progress``), so
+its cost follows the groups and keys, not the history.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pyarrow.compute as pc
 
 from pipelines.lake.engines import DeltaEngine
 from pipelines.reconcile.snapshot import SnapshotInfo, read_snapshot, string_field
+from pipelines.state.progress import log_ends
 
 _GROUP_TOMBSTONE_TYPES = (2, 3, 11, 17)  # classic, consumer, share, streams group metadata
 
@@ -72,14 +75,7 @@ def load_lake_state(engine: DeltaEngine, cluster_id: str) -> LakeState:
     for r in _rows(engine, "group_records_latest", ["group_id"], cluster_id, tomb):
         if r["group_id"] not in state.groups:
             state.tombstoned.add(r["group_id"])
-    if engine.exists("offsets_raw"):
-        raw = engine.read("offsets_raw", columns=["offsets_partition", "offset"],
-                          filter_expr=_cluster_filter(cluster_id))
-        if raw.num_rows:
-            ends = raw.group_by("offsets_partition").aggregate([("offset", "max")])
-            state.log_end = {int(p): int(m) + 1 for p, m in zip(
-                ends.column("offsets_partition").to_pylist(),
-                ends.column("offset_max").to_pylist(), strict=True)}
+    state.log_end = log_ends(engine, cluster_id)  # ingest_progress: no scan of the history
     return state
 
 

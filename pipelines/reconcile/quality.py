@@ -6,7 +6,10 @@ Kafka's hash puts their group in, sane offsets and timestamps) and turn "no unex
 difference" into a pass/fail gate with a record of why.
 
 How: an ephemeral GX context with a pandas datasource fed from Arrow (these checks are
-column scans of modest tables; Spark would add a JVM start for nothing). One suite per
+column scans of modest tables; Spark would add a JVM start for nothing). The history
+tables' suites validate only the rows added since the last run that passed them
+(:mod:`pipelines.reconcile.increments`), and the record time range comes from
+``ingest_progress``: a scheduled run's cost follows the new data, not the lake's age. One suite per
 table, one ValidationDefinition each, run with a shared GX run id. Results go to the
 append-only ``quality_results`` Delta table (one row per expectation per run) and to GX
 data docs rendered by GX's own ``SiteBuilder`` into ``<lake>/_quality/data_docs/`` (the
@@ -34,7 +37,9 @@ from pipelines.decode import partition_for
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
 from pipelines.reconcile.classes import CLASSES
+from pipelines.reconcile.increments import read_new_history, table_version, validated_versions
 from pipelines.reconcile.snapshot import string_field
+from pipelines.state.progress import time_range
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,7 @@ class _Suite:
     checks: list[_Check]
     index_columns: list[str]
     complete: bool = False  # COMPLETE result format (every failing row), for small tables
+    history: dict[str, Any] | None = None  # what history rows it covers (increments.py)
 
 
 @dataclass(frozen=True)
@@ -147,12 +153,9 @@ def with_partition_check(table: pa.Table, num_partitions: int) -> pa.Table:
 
 
 def history_time_range(engine: DeltaEngine, cluster_id: str) -> tuple[datetime, datetime] | None:
-    """Min and max record timestamp in ``offsets_raw`` (None without timestamps)."""
-    ts = _read(engine, "offsets_raw", ["timestamp"], cluster_id).column("timestamp")
-    bounds = pc.min_max(ts).as_py()
-    if bounds["min"] is None:
-        return None
-    return bounds["min"], bounds["max"]
+    """Min and max record timestamp in ``offsets_raw`` (None without timestamps), kept by
+    ingest in ``ingest_progress`` (no scan of the history)."""
+    return time_range(engine, cluster_id)
 
 
 def _strings_plain(table: pa.Table) -> pa.Table:
@@ -169,6 +172,20 @@ def _frame(table: pa.Table, *, exact_ints: bool = False) -> Any:
 
 
 # ------------------------------------------------------------------------------ suites
+
+
+def _history(engine: DeltaEngine, table: str, columns: list[str], cluster_id: str,
+             num_partitions: int, since: dict[str, int]) -> tuple[pa.Table, dict[str, Any] | None]:
+    """A history table's rows to validate: those added since the last passing run's
+    version when known, else all of them (with the version read, for the next run)."""
+    new = read_new_history(engine, table, columns, cluster_id, since.get(table))
+    if new is not None:
+        return new.rows, {**new.meta, "num_partitions": num_partitions}
+    version = table_version(engine, table)
+    rows = _read(engine, table, columns, cluster_id)
+    meta = None if version is None else {"table_version": version, "since_version": None,
+                                         "num_partitions": num_partitions}
+    return rows, meta
 
 
 def _not_null(gxe: Any, columns: list[str]) -> list[_Check]:
@@ -228,19 +245,7 @@ def _build_suites(engine: DeltaEngine, cluster_id: str, reconciliation: pa.Table
                gxe.ExpectCompoundColumnsToBeUnique(column_list=key)),
     ], index_columns=key))
 
-    index = ["offsets_partition", "offset", "group_id"]
-    oc = _read(engine, "offset_commits",
-               [*index, "committed_offset", "commit_timestamp"], cluster_id)
-    suites.append(_Suite("offset_commits", _frame(with_partition_check(oc, num_partitions)), [
-        partition_check(),
-        _Check("committed_offset >= -1",
-               gxe.ExpectColumnValuesToBeBetween(column="committed_offset", min_value=-1)),
-        *time_check("commit_timestamp"),
-    ], index_columns=index))
-
-    gmeta = _read(engine, "group_metadata", index, cluster_id)
-    suites.append(_Suite("group_metadata", _frame(with_partition_check(gmeta, num_partitions)),
-                         [partition_check()], index_columns=index))
+    suites += _history_suites(engine, cluster_id, num_partitions, partition_check, time_check)
 
     if reconciliation is not None:
         rkey = ["cluster_id", "reconcile_id", "snapshot_id", "level", "group_id",
@@ -255,6 +260,29 @@ def _build_suites(engine: DeltaEngine, cluster_id: str, reconciliation: pa.Table
         ], index_columns=["level", "group_id", "topic", "partition", "classification"],
             complete=True))
     return suites
+
+
+def _history_suites(engine: DeltaEngine, cluster_id: str, num_partitions: int,
+                    partition_check: Any, time_check: Any) -> list[_Suite]:
+    """The history tables' suites, over the rows added since the last run that passed
+    them (:mod:`pipelines.reconcile.increments`), else over all of them."""
+    import great_expectations.expectations as gxe
+
+    since = validated_versions(engine, cluster_id, num_partitions)
+    index = ["offsets_partition", "offset", "group_id"]
+    oc, covered = _history(engine, "offset_commits",
+                           [*index, "committed_offset", "commit_timestamp"], cluster_id,
+                           num_partitions, since)
+    commits = _Suite("offset_commits", _frame(with_partition_check(oc, num_partitions)), [
+        partition_check(),
+        _Check("committed_offset >= -1",
+               gxe.ExpectColumnValuesToBeBetween(column="committed_offset", min_value=-1)),
+        *time_check("commit_timestamp"),
+    ], index_columns=index, history=covered)
+
+    gmeta, covered = _history(engine, "group_metadata", index, cluster_id, num_partitions, since)
+    return [commits, _Suite("group_metadata", _frame(with_partition_check(gmeta, num_partitions)),
+                            [partition_check()], index_columns=index, history=covered)]
 
 
 def _anomaly_suite(engine: DeltaEngine, cluster_id: str, fail_on: tuple[str, ...]) -> _Suite:
@@ -343,7 +371,7 @@ def _outcome(suite: _Suite, check: _Check, result: Any) -> ExpectationOutcome:
         element_count=res.get("element_count"), unexpected_count=res.get("unexpected_count"),
         details=_jsonable({"kwargs": kwargs, "result": res,
                            "exception_info": exception if exception.get("raised_exception")
-                           else None}))
+                           else None, **({"history": suite.history} if suite.history else {})}))
 
 
 def run_quality_gate(engine: DeltaEngine, *, cluster_id: str = "default",

@@ -1,0 +1,175 @@
+"""Benchmark (c): one incremental micro-batch against a state of a million committed keys.
+
+Why: the state tables are updated by MERGEs keyed on the batch's changed keys; their cost
+must follow the batch, not the state. This builds a lake of ``--groups`` groups x
+``--partitions`` partitions committed keys (default 100k x 10 = 1M) from segment files written
+with the shared writer (``pipelines/sources/record_batches/writer.py``) and ingested in one
+batch, then ingests one incremental batch of ``--batch`` offset commits touching
+``--touched`` keys (default 100k records, 10k keys) into a fresh copy of that lake, ``--repeat``
+times: wall and CPU time of the whole batch (history + state + audit, no Spark: the driver's
+share of a micro-batch) and of each state table's MERGE. Goal: the batch <= 3 s.
+
+Usage: ``python benchmarks/state_merge.py [--groups N] [--partitions N] [--batch N]
+[--touched N] [--repeat N] [--work DIR]`` (``--work`` keeps the base lake between runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import shutil
+import struct
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pipelines import ingest
+from pipelines.decode import encode_key, encode_value, partition_for
+from pipelines.lake.engines import DeltaRsEngine
+from pipelines.sources.record_batches.writer import SegmentWriter, encode_pairs_batch
+
+log = logging.getLogger("benchmarks.state_merge")
+
+NUM_OFFSETS_PARTITIONS = 50
+TOPIC = "orders"
+APP_ID = "offsetlake-bench-state-merge"
+_HEAD = struct.Struct(">hqih")  # OffsetCommitValue v3: version, offset, leader epoch, metadata length
+_TS = struct.Struct(">q")
+_BATCH = 1_000  # records per Kafka record batch
+
+
+def commit_value(offset: int, timestamp: int) -> bytes:
+    """An OffsetCommitValue v3 (no metadata), packed directly: the same bytes as
+    ``encode_value`` (checked once in :func:`write_commits`), ~20x cheaper."""
+    return _HEAD.pack(3, offset, 0, 0) + _TS.pack(timestamp)
+
+
+def write_commits(data: Path, keys: list[tuple[str, int]], rounds: int, base_ts: int,
+                  start_offsets: dict[int, int] | None = None, first_round: int = 0
+                  ) -> dict[int, int]:
+    """``rounds`` commits of every (group, partition) key (committed offsets growing with
+    the round), as segment files under ``data``; returns each offsets partition's next
+    offset (where an incremental batch continues)."""
+    assert commit_value(5, 7) == encode_value(1, 3, {"offset": 5, "leader_epoch": 0, "metadata": "",
+                                                    "commit_timestamp": 7})
+    by_partition: dict[int, list[bytes]] = defaultdict(list)
+    for group, part in keys:
+        by_partition[partition_for(group, NUM_OFFSETS_PARTITIONS)].append(
+            encode_key(1, {"group": group, "topic": TOPIC, "partition": part}))
+    ends = {}
+    for p, pkeys in sorted(by_partition.items()):
+        base = (start_offsets or {}).get(p, 0)
+        with SegmentWriter(data, p, base_offset=base) as writer:
+            pairs = [(k, commit_value((first_round + r) * 10_000_000 + i, base_ts + r))
+                     for r in range(rounds) for i, k in enumerate(pkeys)]
+            for i in range(0, len(pairs), _BATCH):
+                chunk = pairs[i:i + _BATCH]
+                writer.write_raw(encode_pairs_batch(chunk, base_offset=writer.next_offset,
+                                                    timestamp=base_ts + i),
+                                 writer.next_offset + len(chunk))
+            ends[p] = writer.next_offset
+    return ends
+
+
+def _best(results: list[tuple[float, float]]) -> str:
+    wall = min(w for w, _ in results)
+    cpu = min(c for _, c in results)
+    return f"{wall:6.2f} s wall, {cpu:6.2f} s CPU (best of {len(results)})"
+
+
+@contextmanager
+def timed_merges(into: dict[str, list[tuple[float, float]]]) -> Iterator[None]:
+    """Time every ``DeltaRsEngine.merge`` by table (and the whole state step) while inside."""
+    original_merge = DeltaRsEngine.merge
+    original_apply = ingest.apply_state
+
+    def timed(fn: Callable, name: Callable) -> Callable:
+        def wrapper(*args, **kwargs):
+            w, c = time.perf_counter(), time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                into[name(args)].append((time.perf_counter() - w, time.process_time() - c))
+        return wrapper
+
+    DeltaRsEngine.merge = timed(original_merge, lambda a: f"merge {a[1].name}")  # type: ignore[method-assign]
+    ingest.apply_state = timed(original_apply, lambda a: "apply_state (all state merges)")
+    try:
+        yield
+    finally:
+        DeltaRsEngine.merge = original_merge  # type: ignore[method-assign]
+        ingest.apply_state = original_apply
+
+
+def build_base(work: Path, groups: int, partitions: int) -> tuple[Path, dict[int, int]]:
+    """The million-key lake (kept under ``work`` between runs) and the partitions' ends."""
+    lake, data = work / "base_lake", work / "base_data"
+    keys = [(f"group-{g:06d}", p) for g in range(groups) for p in range(partitions)]
+    ends_file = work / "base_ends.txt"
+    if lake.exists() and ends_file.exists():
+        ends = {int(a): int(b) for a, b in (line.split() for line in ends_file.read_text().split("\n")
+                                            if line)}
+        return lake, ends
+    start = time.perf_counter()
+    ends = write_commits(data, keys, 1, 1_700_000_000_000)
+    written = time.perf_counter()
+    report = ingest.ingest_segments_local(data, lake, cluster_id="bench", app_id=APP_ID,
+                                          max_records_per_batch=len(keys) + 1)
+    print(f"base lake: {len(keys):,} committed keys / {groups:,} groups: segments written in "
+          f"{written - start:.1f} s, ingested ({report.records:,} records, one batch) in "
+          f"{time.perf_counter() - written:.1f} s")
+    ends_file.write_text("".join(f"{p} {e}\n" for p, e in sorted(ends.items())))
+    return lake, ends
+
+
+def incremental(work: Path, base: Path, ends: dict[int, int], groups: int, partitions: int,
+                batch: int, touched: int, repeat: int, seed: int) -> None:
+    rng = random.Random(seed)
+    touched_groups = rng.sample(range(groups), max(1, touched // partitions))
+    keys = [(f"group-{g:06d}", p) for g in touched_groups for p in range(partitions)]
+    data = work / "batch_data"
+    shutil.rmtree(data, ignore_errors=True)
+    write_commits(data, keys, max(1, batch // len(keys)), 1_700_000_100_000, ends, first_round=1)
+    timings: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for i in range(repeat):
+        lake = work / "lake_copy"
+        shutil.rmtree(lake, ignore_errors=True)
+        shutil.copytree(base, lake)
+        with timed_merges(timings):
+            w, c = time.perf_counter(), time.process_time()
+            report = ingest.ingest_segments_local(data, lake, cluster_id="bench", app_id=APP_ID,
+                                                  first_batch_id=1, max_records_per_batch=batch * 2)
+            timings["whole incremental batch"].append((time.perf_counter() - w,
+                                                      time.process_time() - c))
+        if i == 0:
+            print(f"incremental batch: {report.records:,} records touching {len(keys):,} keys "
+                  f"({len(touched_groups):,} groups); rows written {dict(report.rows)}")
+    for name, results in sorted(timings.items(), key=lambda kv: -min(w for w, _ in kv[1])):
+        print(f"  {name:<40} {_best(results)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=100_000)
+    parser.add_argument("--partitions", type=int, default=10, help="committed partitions per group")
+    parser.add_argument("--batch", type=int, default=100_000, help="records in the incremental batch")
+    parser.add_argument("--touched", type=int, default=10_000, help="keys the batch commits")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=9)
+    parser.add_argument("--work", type=Path, help="keep the base lake here between runs")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        base, ends = build_base(work, args.groups, args.partitions)
+        incremental(work, base, ends, args.groups, args.partitions, args.batch, args.touched,
+                    args.repeat, args.seed)
+
+
+if __name__ == "__main__":
+    main()

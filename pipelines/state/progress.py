@@ -1,0 +1,131 @@
+"""How far each ``__consumer_offsets`` partition is ingested: the ``ingest_progress`` table.
+
+Why: reconcile needs each partition's log end (max offset + 1) and the quality gate the
+history's first and last record timestamp. Aggregating them from ``offsets_raw`` on every
+run costs a scan of the whole history; this table keeps them per (cluster, partition),
+updated by each micro-batch from that batch's own rows, so a run's cost follows the new
+data. The values are exactly those aggregates (history is append-only: a batch can only
+raise a log end or widen the time range), and a lake that predates the table gets it
+built from ``offsets_raw`` once, at its first batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.lake.contracts import contract
+from pipelines.lake.engines import DeltaEngine
+from pipelines.lake.keys import KeyFilter
+from pipelines.model import OP
+
+log = logging.getLogger(__name__)
+
+TABLE = "ingest_progress"
+_KEY = ["cluster_id", "offsets_partition"]
+_RAW_COLUMNS = ["cluster_id", "offsets_partition", "offset", "timestamp"]
+
+
+def aggregate(raw: pa.Table, now: datetime) -> pa.Table:
+    """``ingest_progress`` rows of some ``offsets_raw`` rows (one per cluster and partition)."""
+    spec = contract(TABLE)
+    if raw.num_rows == 0:
+        return spec.arrow_schema.empty_table()
+    raw = raw.select(_RAW_COLUMNS).cast(pa.schema([
+        pa.field("cluster_id", pa.string()), pa.field("offsets_partition", pa.int32()),
+        pa.field("offset", pa.int64()), pa.field("timestamp", pa.timestamp("us", tz="UTC"))]))
+    agg = raw.group_by(_KEY, use_threads=False).aggregate(
+        [("offset", "max"), ("timestamp", "min"), ("timestamp", "max")])
+    return pa.table({
+        "cluster_id": agg.column("cluster_id"), "offsets_partition": agg.column("offsets_partition"),
+        "log_end": pc.add(agg.column("offset_max"), 1),
+        "first_timestamp": agg.column("timestamp_min"), "last_timestamp": agg.column("timestamp_max"),
+        "updated_at": pa.array([now] * agg.num_rows, pa.timestamp("us", tz="UTC")),
+    }).cast(spec.arrow_schema)
+
+
+def combine(old: pa.Table, new: pa.Table) -> pa.Table:
+    """Per key: the larger log end, the earlier first and the later last timestamp."""
+    before = {(r["cluster_id"], r["offsets_partition"]): r for r in old.to_pylist()}
+    rows = []
+    for r in new.to_pylist():
+        prev = before.get((r["cluster_id"], r["offsets_partition"]))
+        if prev is not None:
+            r["log_end"] = max(r["log_end"], prev["log_end"])
+            firsts = [t for t in (r["first_timestamp"], prev["first_timestamp"]) if t is not None]
+            lasts = [t for t in (r["last_timestamp"], prev["last_timestamp"]) if t is not None]
+            r["first_timestamp"] = min(firsts) if firsts else None
+            r["last_timestamp"] = max(lasts) if lasts else None
+        rows.append(r)
+    return pa.Table.from_pylist(rows, schema=contract(TABLE).arrow_schema)
+
+
+def record_progress(engine: DeltaEngine, app_id: str, batch_id: int, now: datetime) -> int:
+    """Fold batch ``batch_id``'s ``offsets_raw`` rows (committed before) into the table, in
+    the batch's transaction; rows written (0 when already done or nothing to add).
+
+    The batch's rows are found by ``ingest_batch_id`` (files skipped on their statistics).
+    Another query's batch of the same number adds only positions the table already holds.
+    """
+    if engine.committed(TABLE, app_id, batch_id):
+        return 0
+    if not engine.exists(TABLE):
+        build_from_history(engine, now)
+    batch = engine.read("offsets_raw", _RAW_COLUMNS, KeyFilter.of(("ingest_batch_id",), {(batch_id,)}))
+    new = aggregate(batch, now)
+    if new.num_rows == 0:
+        return 0
+    keys = zip(new.column("cluster_id").to_pylist(), new.column("offsets_partition").to_pylist(),
+               strict=True)
+    rows = combine(engine.read(TABLE, None, KeyFilter.of(_KEY, keys)), new)
+    changes = rows.append_column(OP, pa.array(["upsert"] * rows.num_rows, pa.string()))
+    return rows.num_rows if engine.merge(contract(TABLE), changes, app_id, batch_id) else 0
+
+
+def build_from_history(engine: DeltaEngine, now: datetime) -> int:
+    """Create the table from the whole ``offsets_raw`` (a lake that predates it), in one
+    commit, so a crash leaves either no table or a complete one."""
+    raw = engine.read("offsets_raw", _RAW_COLUMNS)
+    rows = aggregate(raw, now)
+    engine.overwrite(contract(TABLE), rows)
+    log.info("built %s from %d offsets_raw rows (%d partitions)", TABLE, raw.num_rows, rows.num_rows)
+    return rows.num_rows
+
+
+def _cluster_rows(engine: DeltaEngine, cluster_id: str) -> pa.Table | None:
+    """The cluster's progress rows, or None when the lake has no progress table (a lake no
+    batch was ingested into since it was introduced: the answers come from the history)."""
+    if not engine.exists(TABLE):
+        return None
+    return engine.read(TABLE, None, KeyFilter.of(("cluster_id",), {(cluster_id,)}))
+
+
+def _history_rows(engine: DeltaEngine, cluster_id: str) -> pa.Table:
+    if not engine.exists("offsets_raw"):
+        return contract(TABLE).arrow_schema.empty_table()
+    raw = engine.read("offsets_raw", _RAW_COLUMNS, KeyFilter.of(("cluster_id",), {(cluster_id,)}))
+    return aggregate(raw, datetime.now().astimezone())
+
+
+def log_ends(engine: DeltaEngine, cluster_id: str) -> dict[int, int]:
+    """``offsets_partition -> max(offset) + 1`` of the cluster's ingested records."""
+    rows = _cluster_rows(engine, cluster_id)
+    if rows is None:
+        rows = _history_rows(engine, cluster_id)
+    return {int(p): int(e) for p, e in zip(rows.column("offsets_partition").to_pylist(),
+                                           rows.column("log_end").to_pylist(), strict=True)}
+
+
+def time_range(engine: DeltaEngine, cluster_id: str) -> tuple[datetime, datetime] | None:
+    """Earliest and latest record timestamp of the cluster's history (None without any)."""
+    rows = _cluster_rows(engine, cluster_id)
+    if rows is None:
+        rows = _history_rows(engine, cluster_id)
+    firsts = [t for t in rows.column("first_timestamp").to_pylist() if t is not None]
+    lasts = [t for t in rows.column("last_timestamp").to_pylist() if t is not None]
+    if not firsts:
+        return None
+    return min(firsts), max(lasts)
