@@ -1,9 +1,11 @@
-"""Sharing a micro-batch's record budget fairly between partitions (used by every source)."""
+"""A micro-batch's record budget: Spark's read limit, shared fairly between partitions (used by
+every source; ``max_records_per_batch`` counts records, never offsets)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any, Protocol
 
 
 def spread_budget(backlog: Mapping[str, int], budget: int) -> dict[str, int]:
@@ -22,3 +24,51 @@ def spread_budget(backlog: Mapping[str, int], budget: int) -> dict[str, int]:
         grants[p] = grant
         remaining -= grant
     return grants
+
+
+class RecordTaker(Protocol):
+    """A partition whose records are counted only as far as a plan needs them."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def take(self, n: int) -> int:
+        """Count up to ``n`` more records; fewer only when the partition has no more."""
+        ...
+
+
+def fill_budget(takers: Mapping[str, RecordTaker], budget: int) -> int:
+    """Share ``budget`` records between partitions whose backlog is unknown until counted
+    (the Kafka source: the driver counts by fetching ahead). Rounds of equal shares, in
+    partition order; what a partition lacks goes to the others in the next round, so the
+    result is the water-filling of :func:`spread_budget` up to rounding. Returns the
+    records taken (less than ``budget`` only when every partition ran out)."""
+    remaining = max(0, budget)
+    active = sorted((p for p, t in takers.items() if not t.done), key=_partition_order)
+    while remaining > 0 and active:
+        share = math.ceil(remaining / len(active))
+        for p in active:
+            if remaining <= 0:
+                break
+            remaining -= takers[p].take(min(share, remaining))
+        active = [p for p in active if not takers[p].done]
+    return max(0, budget) - remaining
+
+
+def _partition_order(key: str) -> tuple[int, str]:
+    return (int(key), key) if key.isdigit() else (-1, key)
+
+
+def default_read_limit(max_records: int | None) -> Any:
+    """Spark's read limit for a source's ``max_records_per_batch`` (0 or None: no limit).
+    Spark is imported here, not at module import: the segment index uses this module too."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    return ReadMaxRows(max_records) if max_records else ReadAllAvailable()
+
+
+def record_budget(limit: Any) -> int | None:
+    """The records a micro-batch may hold under Spark's ``limit`` (None: no bound)."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    return limit.max_rows if isinstance(limit, ReadMaxRows) else None

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +72,7 @@ from pipelines.sources.record_batches.problems import Problem
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CommittedBatches", "read_partition", "select_committed"]
+__all__ = ["CommittedBatches", "committed_responses", "read_partition", "select_committed"]
 
 # The header fields select_committed needs, in one unpack (layout: framing.V2_HEADER):
 # baseOffset, batchLength, magic, attributes, lastOffsetDelta, producerId
@@ -439,8 +439,17 @@ class _RangeReader:
                     "flagged crc_valid=false)")
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        position = self.start
         out = _Rebatcher(self.opts.arrow_batch_rows)
+        for kept, fetch_offset in self.responses():
+            for batch in self._decode(kept.data, fetch_offset):
+                self.stats.rows += batch.num_rows
+                yield from out.add(batch)
+        yield from out.flush()
+
+    def responses(self) -> Generator[tuple[CommittedBatches, int], None, None]:
+        """Each Fetch response's committed batches with the offset it was fetched at, until
+        the position reaches ``end`` (retries, data loss and stalls handled here)."""
+        position = self.start
         future, fetch_offset, node = self._send(position)
         last_progress = time.monotonic()
         while True:
@@ -490,14 +499,11 @@ class _RangeReader:
             if not done:  # pipelined: the next request is on its way while this one is parsed
                 future, fetch_offset, node = self._send(position)
             if kept is not None:
-                for batch in self._decode(kept.data, decoded_at):
-                    self.stats.rows += batch.num_rows
-                    yield from out.add(batch)
+                yield kept, decoded_at
                 if progressed:  # time spent by our caller between batches is not a stall
                     last_progress = time.monotonic()
             if done:
                 break
-        yield from out.flush()
 
     def _count(self, kept: CommittedBatches) -> None:
         s = self.stats
@@ -544,3 +550,12 @@ def read_partition(opts: SourceOptions, partition: int, start: int, end: int, *,
              s.rows / elapsed if elapsed > 0 else 0.0, s.fetches, s.bytes, s.aborted_batches,
              s.control_batches, s.partial_tails, s.retries, s.problems)
 
+
+
+def committed_responses(wire: KafkaWire, opts: SourceOptions, partition: int, start: int,
+                        end: int) -> Generator[tuple[CommittedBatches, int], None, None]:
+    """What :func:`read_partition` fetches for ``[start, end)``, undecoded: each response's
+    read_committed batches with its fetch offset. The driver counts records on these
+    (:mod:`pipelines.sources.kafka.counting`) to cut micro-batches by records."""
+    if end > start:
+        yield from _RangeReader(wire, opts, partition, start, end, None).responses()

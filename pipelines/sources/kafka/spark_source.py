@@ -39,9 +39,11 @@ Options (all strings, as Spark passes them; parsed by :mod:`pipelines.sources.ka
                                brokers report in Metadata (null on very old brokers)
 ``starting_offsets``           ``earliest`` (default), ``latest``, or JSON ``{"0": 42, ...}``
                                (``-2`` earliest, ``-1`` latest; unlisted partitions: earliest)
-``max_records_per_batch``      default 500000; ``0`` = unlimited. An upper bound on the offsets
-                               spanned by one micro-batch, spread fairly over partitions; the
-                               row count is at most that (offset gaps hold no records)
+``max_records_per_batch``      default 500000; ``0`` = unlimited. At most this many records
+                               (rows) per micro-batch, spread fairly over partitions. Offsets
+                               have holes (compaction, markers, aborted data), so when the
+                               offsets to read exceed the budget the driver counts the records
+                               by fetching ahead (:mod:`pipelines.sources.kafka.counting`)
 ``fail_on_data_loss``          default ``true``: raise when a checkpointed offset is no longer in
                                the log (or the log went backwards); ``false`` resumes at the
                                earliest offset and logs a warning
@@ -91,16 +93,16 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    ReadMinRows,
-    SupportsTriggerAvailableNow,
-)
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMinRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from pipelines.sources.batching import spread_budget
+from pipelines.sources.batching import (
+    default_read_limit,
+    fill_budget,
+    record_budget,
+    spread_budget,
+)
+from pipelines.sources.kafka.counting import PartitionCounter
 from pipelines.sources.kafka.errors import KafkaDataLoss, KafkaSourceConfigError
 from pipelines.sources.kafka.options import EARLIEST, LATEST, SOURCE_NAME, SourceOptions
 from pipelines.sources.kafka.reader import read_partition
@@ -142,8 +144,9 @@ def plan_end_offsets(start: Mapping[str, int], available: Mapping[str, int],
         backlog[p] = e - s
     if isinstance(limit, ReadMinRows) and sum(backlog.values()) < limit.min_rows:
         return dict(start)
-    if isinstance(limit, ReadMaxRows):
-        grants = spread_budget(backlog, limit.max_rows)
+    budget = record_budget(limit)
+    if budget is not None:
+        grants = spread_budget(backlog, budget)
         end = {p: start[p] + grants[p] for p in start}
     return end
 
@@ -203,6 +206,8 @@ class _DriverMixin:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_client"] = None
+        if "_counters" in state:
+            state["_counters"] = {}  # they hold the driver's connection
         return state
 
     def _starting(self, partitions: Sequence[int]) -> Offsets:
@@ -233,6 +238,7 @@ class KafkaStreamReader(_DriverMixin, DataSourceStreamReader, SupportsTriggerAva
         self._client = None
         self._target: Offsets | None = None
         self._latest_seen: Offsets | None = None
+        self._counters: dict[str, PartitionCounter] = {}
 
     def initialOffset(self) -> Offsets:
         client = self._driver()
@@ -242,9 +248,7 @@ class KafkaStreamReader(_DriverMixin, DataSourceStreamReader, SupportsTriggerAva
         return offsets
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        if self.opts.max_records_per_batch > 0:
-            return ReadMaxRows(self.opts.max_records_per_batch)
-        return ReadAllAvailable()
+        return default_read_limit(self.opts.max_records_per_batch)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Freeze the LSOs now: an availableNow run reads up to them and no further."""
@@ -278,10 +282,33 @@ class KafkaStreamReader(_DriverMixin, DataSourceStreamReader, SupportsTriggerAva
                 raise KafkaDataLoss(message + "; set fail_on_data_loss=false to drop them")
             log.warning("%s; dropping them", message)
             full = {p: o for p, o in full.items() if p not in gone}
-        end = plan_end_offsets(full, available, limit,
+        budget = record_budget(limit)
+        end = plan_end_offsets(full, available, None if budget is not None else limit,
                                fail_on_data_loss=self.opts.fail_on_data_loss)
+        if budget is not None:
+            end = self._count_records(full, end, budget)
         log.info("%s micro-batch end offsets (%s): %s", self.opts.topic, limit, end)
         return end
+
+    def _count_records(self, start: Mapping[str, int], ceiling: Offsets, budget: int) -> Offsets:
+        """End offsets holding at most ``budget`` records: ``ceiling`` when its offsets are
+        within the budget (records never outnumber offsets), else counted by fetching ahead."""
+        backlog = {p: ceiling[p] - start[p] for p in ceiling if ceiling[p] > start[p]}
+        if sum(backlog.values()) <= budget:
+            return ceiling
+        wire = self._driver().wire
+        counters = {p: self._counters.setdefault(p, PartitionCounter(wire, self.opts, int(p)))
+                    for p in backlog}
+        for p, counter in counters.items():
+            counter.plan(start[p], ceiling[p])
+        try:
+            taken = fill_budget(counters, budget)
+        finally:
+            for counter in counters.values():
+                counter.close()
+        log.info("%s: %d records counted ahead for a budget of %d", self.opts.topic, taken,
+                 budget)
+        return {p: counters[p].end if p in counters else ceiling[p] for p in ceiling}
 
     def _check_log_start(self, start: Mapping[str, int]) -> None:
         """A log start past the checkpoint: records lost to retention or a recreated topic.
@@ -320,6 +347,7 @@ class KafkaStreamReader(_DriverMixin, DataSourceStreamReader, SupportsTriggerAva
         log.debug("%s committed through %s", self.opts.topic, end)
 
     def stop(self) -> None:
+        self._counters = {}
         self._close_driver()
 
 

@@ -293,7 +293,7 @@ class KafkaWire:
 class KafkaOffsetsClient:
     """Driver-side view of the topic: partitions, earliest offsets and LSOs.
 
-    One wire client (:class:`KafkaWire`, never fetching) kept
+    One wire client (:class:`KafkaWire`; it fetches only to count records ahead) kept
     for the reader's lifetime, so each micro-batch costs one ListOffsets round trip instead of
     a new connection. :class:`KafkaUnreachable` after ``connect_timeout_s``."""
 
@@ -314,6 +314,11 @@ class KafkaOffsetsClient:
     def cluster_id(self) -> str | None:
         """Cluster id from the last Metadata response."""
         return self._wire.cluster_id
+
+    @property
+    def wire(self) -> KafkaWire:
+        """The connection, for the driver's fetch-ahead record count (planning by records)."""
+        return self._wire
 
     def partitions(self) -> list[int]:
         found = self._wire.partitions(self.opts.topic)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipelines.sources.batching import default_read_limit, record_budget
 from pipelines.sources.raw import PACKED_ARROW_SCHEMA, SPARK_RAW_SCHEMA, pack
 from pipelines.sources.segments.files import PartitionLog, find_segments
 from pipelines.sources.segments.index import (
@@ -131,12 +132,7 @@ def _spark_classes() -> Any:
         InputPartition,
     )
     from pyspark.sql.pandas.types import from_arrow_schema
-    from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable,
-        ReadLimit,
-        ReadMaxRows,
-        SupportsTriggerAvailableNow,
-    )
+    from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
     class SegmentRanges(InputPartition):
         """One Spark task: offset ranges of one or more partition directories."""
@@ -154,15 +150,14 @@ def _spark_classes() -> Any:
             return {}
 
         def getDefaultReadLimit(self) -> ReadLimit:
-            return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+            return default_read_limit(self.max_rows)
 
         def prepareForTriggerAvailableNow(self) -> None:
             self._target = plan_end_offsets(self._refresh(), {}, None)
             log.info("availableNow target: %d partition directories", len(self._target))
 
         def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
-            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-            return self._latest(start, max_rows, self._target)
+            return self._latest(start, record_budget(limit), self._target)
 
         def partitions(self, start: dict, end: dict) -> list:
             return [SegmentRanges(r) for r in self._task_ranges(start, end)]
