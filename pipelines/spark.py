@@ -39,6 +39,12 @@ LOCAL_DEFAULTS = {
     "spark.driver.maxResultSize": "0",
 }
 LOCAL_LOG_LEVEL = "FATAL"  # failures reach the user as our own one-line errors
+# JVM flags for a local master that this process launches: the C1 compiler only. A scheduled
+# run is short and Python does the heavy work, so C2's compile threads mostly compete with
+# Spark's start-up for the cores (measured in benchmarks/real_workload.py; PLATFORM.md: 10-40%
+# faster start). Given through SPARK_SUBMIT_OPTS, which spark-submit puts on the driver's
+# command line before spark.driver.extraJavaOptions: a user's own JIT flags come later and win.
+LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 # log4j2 settings for a quiet JVM start (Spark's default profile announces itself, and its
 # "default log level" notice, printed when the root level is not WARN, and the native Hadoop
 # warning come before any setLogLevel can act); written at session start
@@ -63,6 +69,7 @@ class SessionSettings:
     master: str | None
     conf: dict[str, str] = field(default_factory=dict)
     log_level: str | None = None
+    submit_opts: str | None = None  # SPARK_SUBMIT_OPTS for the JVM to launch (None: leave it)
 
 
 def is_local_master(master: str | None) -> bool:
@@ -181,8 +188,11 @@ def session_settings(user_conf: Mapping[str, str], *, master: str | None = None,
     if log_level is None and local and "spark.log.level" not in user_conf \
             and not _user_log_config(env):
         log_level = LOCAL_LOG_LEVEL
+    submit_opts = None
+    if local and not jvm_running and "SPARK_SUBMIT_OPTS" not in env:
+        submit_opts = LOCAL_JVM_OPTIONS
     return SessionSettings(master=chosen if chosen != user_conf.get("spark.master") else None,
-                           conf=conf, log_level=log_level)
+                           conf=conf, log_level=log_level, submit_opts=submit_opts)
 
 
 def user_spark_conf(env: Mapping[str, str] | None = None) -> tuple[dict[str, str], bool]:
@@ -231,12 +241,20 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
                                 delta_spark=delta_spark, extra_conf=extra_conf)
     if str(QUIET_LOG4J) in settings.conf.get("spark.driver.extraJavaOptions", ""):
         QUIET_LOG4J.write_text(QUIET_LOG4J_TEXT)
+
     builder = SparkSession.builder.appName(app_name)
     if settings.master:
         builder = builder.master(settings.master)
     for key, value in settings.conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    ours = bool(settings.submit_opts) and "SPARK_SUBMIT_OPTS" not in os.environ
+    if ours:  # only for the spark-submit that launches the JVM; nothing else sees it
+        os.environ["SPARK_SUBMIT_OPTS"] = settings.submit_opts
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        if ours:
+            os.environ.pop("SPARK_SUBMIT_OPTS", None)
     if settings.log_level:
         spark.sparkContext.setLogLevel(settings.log_level)
     include_wheels(spark.sparkContext)

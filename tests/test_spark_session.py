@@ -15,6 +15,7 @@ from pipelines.spark import (
     DELTA_EXTENSION,
     GENERAL_DEFAULTS,
     LOCAL_DEFAULTS,
+    LOCAL_JVM_OPTIONS,
     session_settings,
     spark_session,
     submit_conf,
@@ -102,6 +103,14 @@ def test_explicit_master_and_offsetlake_env(env: dict[str, str]) -> None:
     assert "spark.driver.memory" not in session_settings({"spark.driver.memory": "2g"}, env=env).conf
 
 
+def test_short_job_jvm_options_only_for_a_local_jvm_we_launch(env: dict[str, str]) -> None:
+    assert session_settings({}, env=env).submit_opts == LOCAL_JVM_OPTIONS
+    assert session_settings({"spark.master": "local[3]"}, jvm_running=True, env=env).submit_opts is None
+    assert session_settings({"spark.master": "spark://10.0.0.5:7077"}, env=env).submit_opts is None
+    env["SPARK_SUBMIT_OPTS"] = "-Dmine=1"  # the user's own launch options stand
+    assert session_settings({}, env=env).submit_opts is None
+
+
 def test_user_log4j_config_keeps_its_level(env: dict[str, str]) -> None:
     Path(env["SPARK_CONF_DIR"], "log4j2.properties").write_text("rootLogger.level = info\n")
     assert session_settings({}, env=env).log_level is None
@@ -163,3 +172,33 @@ def test_real_session_keeps_users_settings(env: dict[str, str], tmp_path: Path) 
     assert got == {"spark.sql.shuffle.partitions": "7", "spark.ui.enabled": "true",
                    "spark.driver.maxResultSize": "1g", "spark.driver.memory": "4g",
                    "spark.sql.session.timeZone": "UTC"}
+
+
+_JVM_ARGS_PROBE = """
+import json, os
+from pipelines.spark import spark_session
+spark = spark_session("probe")
+bean = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+print(json.dumps({"args": list(bean.getInputArguments()),
+                  "env_left": os.environ.get("SPARK_SUBMIT_OPTS")}))
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_real_local_jvm_gets_the_short_job_options_and_the_users_win(
+        env: dict[str, str], tmp_path: Path) -> None:
+    """The C1-only flag reaches the driver JVM we launch, our variable does not outlive the
+    launch, and a user's own JIT flag (spark.driver.extraJavaOptions) comes later, so it wins."""
+    run_env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYSPARK_", "SPARK_", "OFFSETLAKE_SPARK"))}
+    run_env.update(env)
+    run_env["PYSPARK_SUBMIT_ARGS"] = ("--conf spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=4 "
+                                      "pyspark-shell")
+    out = subprocess.run([sys.executable, "-c", _JVM_ARGS_PROBE], cwd=tmp_path, env=run_env,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    jit = [a for a in got["args"] if a.startswith("-XX:TieredStopAtLevel")]
+    assert jit == [LOCAL_JVM_OPTIONS, "-XX:TieredStopAtLevel=4"]  # the last one is in force
+    assert got["env_left"] is None

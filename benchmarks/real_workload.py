@@ -1,0 +1,305 @@
+"""Benchmark (a), issue 9: a real workload end to end, as a user runs it.
+
+The 20 largest real segment files of ``../shared/corpus/public`` (broker-written, several
+clusters), each copied as its own partition directory ``__consumer_offsets-N``, ingested by
+``offsetlake ingest --source segments`` in a fresh process into a fresh lake: wall time and
+CPU time (the CLI's process, its JVM and every Python worker: this process is made their
+child subreaper, so the JVM and its workers are reaped here and their CPU is counted), best
+of N. A baseline checkout (``--baseline DIR``, e.g. the state before a change) runs the same
+command alternately with the current one, so both see the same machine load.
+
+``--breakdown`` then runs the same command once more per checkout in an instrumented child
+process and prints where the time goes: interpreter and imports, Spark session start, table
+creation, per micro-batch Spark's own durations (``StreamingQueryProgress``: source planning
+``latestOffset``/``queryPlanning``, the batch ``addBatch``, checkpoint ``walCommit``/
+``commitOffsets``) and inside the batch the history decode+write on the executors, the Delta
+commits, the state merge and the audit; Delta log opens (``DeltaTable(...)``) and table
+probes (``is_deltatable``) are counted; and what a Python worker has imported after the run.
+
+    python benchmarks/real_workload.py                          # this checkout, best of 3
+    python benchmarks/real_workload.py --baseline /tmp/before --breakdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus" / "public"
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def build_workload(corpus: Path, into: Path, count: int = 20) -> list[Path]:
+    """Copy the ``count`` largest segment files (``*.log`` and the corpus' ``*.log@commit``
+    versions) into ``into/__consumer_offsets-N/<base offset>.log``, one file per directory."""
+    files = [p for p in corpus.rglob("*.log*") if p.is_file() and ".log" in p.name
+             and p.parent.name.startswith("__consumer_offsets-")]
+    files.sort(key=lambda p: (-p.stat().st_size, str(p)))
+    chosen = files[:count]
+    for n, path in enumerate(chosen):
+        target = into / f"__consumer_offsets-{n}" / path.name.split("@", 1)[0]
+        target.parent.mkdir(parents=True)
+        shutil.copyfile(path, target)
+    return chosen
+
+
+def _reap_orphans(timeout: float = 30.0) -> None:
+    """Wait for the descendants re-parented to this process (the JVM, Python workers), so
+    their CPU time lands in ``RUSAGE_CHILDREN``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.05)
+
+
+def _cpu_children() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _env(checkout: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(checkout)
+    env.pop("OFFSETLAKE_LOG_LEVEL", None)
+    return env
+
+
+def run_cli(checkout: Path, data: Path, work: Path) -> tuple[float, float, dict]:
+    """``offsetlake ingest --source segments`` in a fresh process and a fresh lake:
+    (wall seconds, CPU seconds of the whole process tree, the printed summary)."""
+    lake = Path(tempfile.mkdtemp(prefix="lake-", dir=work))
+    cmd = [sys.executable, "-m", "pipelines.cli", "ingest", "--source", "segments",
+           "--path", str(data), "--lake", str(lake)]
+    cpu0 = _cpu_children()
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, cwd=checkout, env=_env(checkout), capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    _reap_orphans()
+    cpu = _cpu_children() - cpu0
+    shutil.rmtree(lake, ignore_errors=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"ingest failed in {checkout}: {out.stderr[-2000:]}")
+    return wall, cpu, json.loads(out.stdout)
+
+
+# ---- the instrumented child (--child): one ingest, timed phase by phase --------------------
+
+def _child(data: str, lake: str, spawned: float) -> None:
+    started = time.time()
+    phases: dict[str, float] = {"interpreter start": started - spawned}
+    counts = {"DeltaTable opens": 0, "is_deltatable probes": 0}
+    t = time.perf_counter()
+    import pipelines.cli
+    import pipelines.ingest as ingest
+    import pipelines.spark as spark_mod
+
+    phases["driver imports"] = time.perf_counter() - t
+    import deltalake.table
+
+    progress: list[dict] = []
+    marks: dict[str, float] = {}
+    timings: dict[str, float] = {}
+
+    def timed(owner, name: str, label: str) -> None:
+        if not hasattr(owner, name):
+            return
+        inner = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            marks.setdefault(label + " (start)", t0)
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                timings[label] = timings.get(label, 0.0) + time.perf_counter() - t0
+        setattr(owner, name, wrapper)
+
+    init = deltalake.table.DeltaTable.__init__
+
+    def counted_init(self, *args, **kwargs):
+        counts["DeltaTable opens"] += 1
+        return init(self, *args, **kwargs)
+    deltalake.table.DeltaTable.__init__ = counted_init
+    probe = deltalake.table.DeltaTable.is_deltatable
+
+    def counted_probe(*args, **kwargs):
+        counts["is_deltatable probes"] += 1
+        return probe(*args, **kwargs)
+    deltalake.table.DeltaTable.is_deltatable = staticmethod(counted_probe)
+
+    make_session = spark_mod.spark_session
+
+    def session(*args, **kwargs):
+        t0 = time.perf_counter()
+        spark = make_session(*args, **kwargs)
+        phases["Spark session start"] = time.perf_counter() - t0
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event):
+                marks.setdefault("query started", time.perf_counter())
+
+            def onQueryIdle(self, event): ...
+
+            def onQueryTerminated(self, event):
+                marks.setdefault("query terminated", time.perf_counter())
+
+            def onQueryProgress(self, event):
+                p = event.progress
+                marks.setdefault("first progress", time.perf_counter())
+                progress.append({"batch": p.batchId, "records": p.numInputRows, **p.durationMs})
+
+        spark.streams.addListener(Listener())
+        return spark
+    spark_mod.spark_session = session
+    timed(ingest, "ensure_tables", "tables created (ensure_tables)")
+    timed(ingest, "pending_history", "batch: replay check (pending_history)")
+    timed(ingest, "history_parts_on_executors", "batch: decode + history files (Spark job)")
+    timed(ingest, "commit_batch", "batch: commits, state, audit (commit_batch)")
+    timed(ingest, "apply_state", "batch:   state merge (apply_state)")
+    timed(ingest, "audit_batch", "batch:   audit (audit_batch)")
+    timed(ingest, "_source_facts", "after the query: source problems")
+    timed(ingest, "run_ingest", "run_ingest total")
+    timed(ingest, "open_stream", "open_stream (source registered)")
+    timed(ingest, "_write_batch", "batch on the driver (_write_batch)")
+    from pipelines.lake.engines import DeltaRsEngine
+    timed(DeltaRsEngine, "commit_files", "batch:   history Delta commits (commit_files)")
+
+    t = time.perf_counter()
+    code = pipelines.cli.main(["ingest", "--source", "segments", "--path", data, "--lake", lake])
+    phases["CLI main total"] = time.perf_counter() - t
+    origin = marks.get("run_ingest total (start)", t)
+    timeline = {k: v - origin for k, v in sorted(marks.items(), key=lambda kv: kv[1])}
+    spark = spark_mod.SparkSession.getActiveSession() if hasattr(spark_mod, "SparkSession") else None
+    if spark is None:
+        from pyspark.sql import SparkSession
+        spark = SparkSession.getActiveSession()
+    print(json.dumps({"exit": code, "phases": phases, "timings": timings, "counts": counts,
+                      "progress": progress, "timeline": timeline,
+                      "worker_modules": _worker_modules(spark)}),
+          file=sys.stderr)
+
+
+def _worker_modules(spark) -> list[str]:
+    """Top-level packages loaded in a (reused) Python worker after the ingest ran there."""
+    import pyarrow as pa
+
+    def probe(batches):
+        for _ in batches:
+            pass
+        names = sorted({m.split(".")[0] for m in sys.modules})
+        yield pa.RecordBatch.from_arrays([pa.array(names)], names=["m"])
+
+    rows = spark.range(1, numPartitions=1).mapInArrow(probe, "m string").collect()
+    return sorted({r.m for r in rows})
+
+
+def breakdown(checkout: Path, data: Path, work: Path) -> dict:
+    lake = Path(tempfile.mkdtemp(prefix="lake-", dir=work))
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(data), str(lake),
+           repr(time.time())]
+    out = subprocess.run(cmd, cwd=checkout, env=_env(checkout), capture_output=True, text=True)
+    _reap_orphans()
+    shutil.rmtree(lake, ignore_errors=True)
+    for line in reversed(out.stderr.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"breakdown run failed in {checkout}: {out.stderr[-2000:]}")
+
+
+def import_seconds(checkout: Path, modules: list[str]) -> float:
+    """Seconds a fresh interpreter takes to import ``modules`` (what a new worker pays)."""
+    code = ("import time, importlib; t = time.perf_counter()\n"
+            f"for m in {modules!r}:\n"
+            "    try: importlib.import_module(m)\n"
+            "    except Exception: pass\n"
+            "print(time.perf_counter() - t)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=checkout, env=_env(checkout),
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout.strip())
+
+
+def _print_breakdown(name: str, checkout: Path, b: dict) -> None:
+    print(f"\n== breakdown: {name} ({checkout}) ==")
+    for label, secs in b["phases"].items():
+        print(f"  {label:<50} {secs:7.2f} s")
+    for label, secs in sorted(b["timings"].items()):
+        print(f"  {label:<50} {secs:7.2f} s")
+    for p in b["progress"]:
+        durations = ", ".join(f"{k} {v / 1000:.2f}" for k, v in p.items()
+                              if k not in ("batch", "records") and v)
+        print(f"  micro-batch {p['batch']} ({p['records']} records): {durations} s")
+    print("  timeline from run_ingest's start (s):")
+    for label, at in b.get("timeline", {}).items():
+        print(f"    {at:7.2f}  {label}")
+    for label, n in b["counts"].items():
+        print(f"  {label:<50} {n:7d}")
+    mods = [m for m in b["worker_modules"] if not m.startswith("_")]
+    heavy = [m for m in ("pandas", "pyarrow", "numpy", "deltalake", "great_expectations",
+                         "scipy", "sqlalchemy", "kafka", "pipelines") if m in mods]
+    own = [m for m in mods if m in ("pandas", "deltalake", "great_expectations", "numpy",
+                                    "pipelines", "kafka", "scipy", "sqlalchemy")]
+    print(f"  Python worker after the run: {len(mods)} top-level packages; of note: {heavy}")
+    if own:
+        print(f"  fresh import of {own}: {import_seconds(checkout, own):.2f} s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--files", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=3, help="best of N (default 3)")
+    parser.add_argument("--baseline", type=Path, help="another checkout to run alternately")
+    parser.add_argument("--breakdown", action="store_true", help="also an instrumented run each")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(args.child[0], args.child[1], float(args.child[2]))
+        return
+    if not args.corpus.is_dir():
+        raise SystemExit(f"no corpus at {args.corpus} (the shared real segment files)")
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    checkouts = {"current": REPO}
+    if args.baseline:
+        checkouts["baseline"] = args.baseline.resolve()
+    with tempfile.TemporaryDirectory(prefix="real-workload-") as tmp:
+        work = Path(tmp)
+        data = work / "data"
+        chosen = build_workload(args.corpus, data, args.files)
+        size = sum(p.stat().st_size for p in chosen)
+        print(f"workload: {len(chosen)} real segment files, {size / 1e6:.1f} MB, one partition each")
+        best: dict[str, tuple[float, float]] = {}
+        for run in range(args.runs):
+            for name, checkout in (checkouts.items() if run % 2 == 0 else
+                                   reversed(list(checkouts.items()))):
+                wall, cpu, summary = run_cli(checkout, data, work)
+                print(f"  run {run + 1} {name:<8} wall {wall:6.2f} s  cpu {cpu:6.2f} s  "
+                      f"records {summary['records']}  batches {summary['batches']}")
+                old = best.get(name)
+                best[name] = (min(wall, old[0]), min(cpu, old[1])) if old else (wall, cpu)
+        for name, (wall, cpu) in best.items():
+            print(f"best of {args.runs} {name:<8}: wall {wall:.2f} s, cpu {cpu:.2f} s")
+        if "baseline" in best:
+            print(f"current / baseline wall: {best['current'][0] / best['baseline'][0]:.2f}x")
+        if args.breakdown:
+            for name, checkout in checkouts.items():
+                _print_breakdown(name, checkout, breakdown(checkout, data, work))
+
+
+if __name__ == "__main__":
+    main()
