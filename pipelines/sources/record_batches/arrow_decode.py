@@ -5,15 +5,21 @@ few records; per-record Python costs ~5 us, numpy over all of a group's batches 
 
 1. **headers**: one row gather through a sliding-window view copies the 61 header bytes of
    every candidate batch; fields are big-endian views through a structured dtype;
-2. **records**: zig-zag varints (length, timestamp delta, offset delta, key and value
-   lengths; attributes skipped; header count must be 0) are decoded for the k-th record of
-   every batch at once, k = 0, 1, ... ("rounds"), with every check the exact decoder makes;
-   this numpy varint is the vectorized twin of :func:`.framing.read_varint`;
+2. **records** (:mod:`.arrow_records`): zig-zag varints (length, timestamp delta, offset
+   delta, key and value lengths; attributes skipped; header count must be 0) are decoded for
+   the k-th record of every batch at once, k = 0, 1, ... ("rounds"), with every check the
+   exact decoder makes;
 3. **columns**: key/value become ``pa.binary`` arrays by one Arrow ``take`` over a view of the
    file bytes (:func:`.arrow_columns.binary_ranges`), batch facts are expanded with
    ``np.repeat``.
 
-A batch the vector path does not fully validate (compressed, control, record headers,
+Compressed batches (gzip, snappy, lz4, zstd) take the same rounds: before them, each one's
+records section is decompressed (:func:`.framing.decompress`, as the exact decoder does) and
+the batch is replaced in the group buffer by a synthetic uncompressed copy, its 61-byte header
+with the codec bits cleared followed by the decompressed records (:func:`_inflate`); its
+columns still report the batch as written (compression, attributes, position).
+
+A batch the vector path does not fully validate (control, not decompressable, record headers,
 varints over 9 bytes, a record that does not fill its declared length, extreme offsets or
 timestamps, very long batches) is decoded by the exact ``decode_v2_batch`` instead, at its
 place, with its Problems.
@@ -29,6 +35,7 @@ import pyarrow as pa
 
 from ..raw import INDEX_ARROW_SCHEMA, RAW_ARROW_SCHEMA
 from .arrow_columns import binary_ranges, coded_strings, numpy_to_arrow
+from .arrow_records import Rounds, parse_records
 from .arrow_walk import WalkedPart
 from .exact_batch import BatchInfo, Record, decode_v2_batch
 from .framing import (
@@ -36,9 +43,11 @@ from .framing import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
+    COMPRESSION_NAMES,
     LOG_OVERHEAD,
     V2_HEADER,
     V2_HEADER_SIZE,
+    decompress,
 )
 from .problems import Problem, log_problem
 
@@ -47,10 +56,10 @@ __all__ = ["build_group"]
 # Padding after the group buffer: varint reads look up to 8 bytes past a (clamped) position,
 # and the 61-byte header window view needs a buffer at least that long even when empty.
 _PAD = bytes(64)
-_ATTR_NOT_FAST = ATTR_CODEC | ATTR_CONTROL  # compressed or control: decoded by the exact path
+# Control, or still compressed after _inflate (not decompressable): decoded by the exact path.
+_ATTR_NOT_FAST = ATTR_CODEC | ATTR_CONTROL
+_ATTRS_LOW = 22  # the low byte of the int16 attributes in a v2 header: codec and control bits
 _LIMIT = 1 << 62  # |base offset|, |base timestamp| bound: sums with deltas cannot overflow
-_FEW_ROUNDS = 16  # after this many record rounds, stragglers go to the exact decoder...
-_FEW_BATCHES = 16  # ...when fewer than this many batches are still active
 _TS_TYPE = RAW_ARROW_SCHEMA.field("timestamp").type
 
 
@@ -83,111 +92,6 @@ def _headers(u: np.ndarray, gpos: np.ndarray) -> dict[str, np.ndarray]:
     return {name: rec[name].astype(rec[name].dtype.newbyteorder("=")) for name in rec.dtype.names}
 
 
-def _varint(u: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Zig-zag varints at positions ``p``: (value, byte count, ok or None if all ok).
-
-    Up to 9 bytes (63 bits: int64 arithmetic is exact, so Python and numpy agree); longer
-    ones are flagged and their batch goes to the exact decoder.
-    """
-    b = u[p]
-    raw = (b & 0x7F).astype(np.int64)
-    nb = np.ones(p.shape, dtype=np.int64)
-    idx = np.flatnonzero(b & 0x80)
-    ok = None
-    j = 1
-    while idx.size:
-        if j == 9:
-            ok = np.ones(p.shape, dtype=bool)
-            ok[idx] = False
-            break
-        b = u[p[idx] + j]
-        raw[idx] |= (b & 0x7F).astype(np.int64) << (7 * j)
-        nb[idx] += 1
-        idx = idx[b >= 0x80]
-        j += 1
-    return (raw >> 1) ^ -(raw & 1), nb, ok
-
-
-@dataclass(slots=True)
-class _Rounds:
-    """Records decoded by the vector path, one entry per (round k, active batch)."""
-
-    batch: list[np.ndarray] = field(default_factory=list)  # candidate index
-    k: list[np.ndarray] = field(default_factory=list)  # record index within its batch
-    off_delta: list[np.ndarray] = field(default_factory=list)
-    ts_delta: list[np.ndarray] = field(default_factory=list)
-    key_start: list[np.ndarray] = field(default_factory=list)
-    key_len: list[np.ndarray] = field(default_factory=list)
-    value_start: list[np.ndarray] = field(default_factory=list)
-    value_len: list[np.ndarray] = field(default_factory=list)
-
-
-def _parse_records(
-    u: np.ndarray, start: np.ndarray, end: np.ndarray, count: np.ndarray, ok: np.ndarray
-) -> _Rounds:
-    """Decode the records of every batch with ``ok`` (cleared for batches that fail).
-
-    Round k decodes the k-th record of every batch still active. Positions are clamped to
-    the record's end, so garbage lengths never index outside the buffer; since positions only
-    grow, "header count byte at record end - 1" proves every field lay inside the record.
-    """
-    out = _Rounds()
-    cur = start.copy()
-    act = np.flatnonzero(ok & (count > 0))
-    k = 0
-    while act.size:
-        if k >= _FEW_ROUNDS and act.size < _FEW_BATCHES:
-            ok[act] = False  # a few long batches: the exact loop is cheaper than rounds
-            break
-        p = cur[act]
-        be = end[act]
-        rlen, nb, vok = _varint(u, p)
-        rs = p + nb
-        re = rs + rlen
-        good = (rlen >= 6) & (re <= be)
-        if vok is not None:
-            good &= vok
-        lim = np.where(good, re, p)
-        q = np.minimum(rs + 1, lim)  # skip the record attributes byte
-        ts_delta, nb, v = _varint(u, q)
-        q = np.minimum(q + nb, lim)
-        if v is not None:
-            good &= v
-        off_delta, nb, v = _varint(u, q)
-        q = np.minimum(q + nb, lim)
-        if v is not None:
-            good &= v
-        klen, nb, v = _varint(u, q)
-        ks = q + nb
-        q = np.minimum(ks + np.maximum(klen, 0), lim)
-        if v is not None:
-            good &= v
-        vlen, nb, v = _varint(u, q)
-        vs = q + nb
-        q = np.minimum(vs + np.maximum(vlen, 0), lim)
-        if v is not None:
-            good &= v
-        last = count[act] == k + 1
-        good &= (u[q] == 0) & (q + 1 == re) & (~last | (re == be))
-        if not good.all():
-            ok[act[~good]] = False
-            act, re, last = act[good], re[good], last[good]
-            ts_delta, off_delta = ts_delta[good], off_delta[good]
-            ks, klen, vs, vlen = ks[good], klen[good], vs[good], vlen[good]
-        out.batch.append(act)
-        out.k.append(np.full(act.size, k, dtype=np.int64))
-        out.off_delta.append(off_delta)
-        out.ts_delta.append(ts_delta)
-        out.key_start.append(ks)
-        out.key_len.append(klen)
-        out.value_start.append(vs)
-        out.value_len.append(vlen)
-        cur[act] = re
-        act = act[~last]
-        k += 1
-    return out
-
-
 @dataclass(slots=True)
 class _Group:
     """A group of walked parts laid out for the vector path: what every step of _build shares.
@@ -195,8 +99,10 @@ class _Group:
     ``u`` views one buffer over the regions holding fast candidates; candidate i lies at
     ``gpos[i]`` in it (``fpos[i]`` in the file of part ``part_of[i]``) and is batch
     ``fast_ord[i]`` of the group's ``nb`` batches in log order; ``exact`` holds (ordinal, batch,
-    records) for every batch the exact path decoded. ``hdr``/``ok``/``rounds`` come from the
-    vector pass (:func:`_vector_pass`).
+    records) for every batch the exact path decoded. ``codec`` is each candidate's codec id as
+    written and ``body_end`` where its records end in ``u`` if any was inflated (both set by
+    :func:`_inflate`).
+    ``hdr``/``ok``/``rounds`` come from the vector pass (:func:`_vector_pass`).
     """
 
     parts: Sequence[WalkedPart]
@@ -208,9 +114,11 @@ class _Group:
     nb: int
     fast_ord: np.ndarray
     exact: list[tuple[int, BatchInfo, list[Record]]]
+    codec: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    body_end: np.ndarray | None = None  # None: every batch as written (nothing inflated)
     hdr: dict[str, np.ndarray] = field(default_factory=dict)
     ok: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
-    rounds: _Rounds = field(default_factory=_Rounds)
+    rounds: Rounds = field(default_factory=Rounds)
 
 
 def _layout(parts: Sequence[WalkedPart]) -> _Group:
@@ -250,15 +158,59 @@ def _layout(parts: Sequence[WalkedPart]) -> _Group:
     return _Group(parts, buf, u, part_of, fpos, gpos, nb, fast_ord, exact)
 
 
+def _be_int32(u: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Big-endian int32 at positions ``p`` of ``u`` (batch length fields), as int64."""
+    return u[p[:, None] + np.arange(4)].view(">i4")[:, 0].astype(np.int64)
+
+
+def _inflate(g: _Group) -> None:
+    """Replace every compressed non-control candidate in the group buffer by a synthetic
+    uncompressed copy (its header with the codec bits cleared, the length field kept as
+    written, then the decompressed records), in place, so key/value ranges stay in file
+    order; set ``codec`` and ``body_end``. A batch that does not decompress keeps its bytes
+    and codec bits, so the vector pass declines it and the exact decoder reports it."""
+    low = g.u[g.gpos + _ATTRS_LOW]
+    g.codec = (low & ATTR_CODEC).astype(np.int32)
+    todo = np.flatnonzero((g.codec != 0) & (low & ATTR_CONTROL == 0)).tolist()
+    if not todo:
+        return
+    ends = g.gpos + LOG_OVERHEAD + _be_int32(g.u, g.gpos + 8)
+    buf, pieces, prev = g.buf, [], 0
+    grow = np.zeros(g.gpos.size, dtype=np.int64)
+    done: list[int] = []
+    sizes: list[int] = []
+    idx = np.array(todo, dtype=np.int64)
+    for i, pos, end, codec in zip(todo, g.gpos[idx].tolist(), ends[idx].tolist(),
+                                  g.codec[idx].tolist(), strict=True):
+        try:
+            records = decompress(codec, buf[pos + V2_HEADER_SIZE : end], 2)
+        except Exception:  # the exact decoder reports it, with its own text
+            continue
+        header = bytearray(buf[pos : pos + V2_HEADER_SIZE])
+        header[_ATTRS_LOW] &= 0xFF ^ ATTR_CODEC
+        pieces += [buf[prev:pos], header, records]
+        prev = end
+        done.append(i)
+        sizes.append(V2_HEADER_SIZE + len(records) - (end - pos))
+    pieces.append(buf[prev:])
+    grow[done] = sizes
+    ends += grow
+    shift = np.cumsum(grow) - grow  # growth of the candidates before each one
+    g.gpos = g.gpos + shift
+    g.body_end = ends + shift
+    g.buf = b"".join(pieces)
+    g.u = np.frombuffer(g.buf, dtype=np.uint8)
+
+
 def _vector_pass(g: _Group) -> None:
     """Headers of all candidates at once, which of them the vector path takes (``ok``), and
-    their records (``rounds``; ``_parse_records`` clears ``ok`` for batches it declines)."""
+    their records (``rounds``; ``parse_records`` clears ``ok`` for batches it declines)."""
     hdr = _headers(g.u, g.gpos)
     hdr["count"] = count = hdr["count"].astype(np.int64)
     hdr["length"] = hdr["length"].astype(np.int64)
     base, attrs, base_ts = hdr["base"], hdr["attrs"], hdr["base_ts"]
     bstart = g.gpos + V2_HEADER_SIZE
-    bend = g.gpos + LOG_OVERHEAD + hdr["length"]
+    bend = g.gpos + LOG_OVERHEAD + hdr["length"] if g.body_end is None else g.body_end
     ok = (
         (attrs & _ATTR_NOT_FAST == 0)
         & (count >= 0)
@@ -269,7 +221,7 @@ def _vector_pass(g: _Group) -> None:
         & ((count > 0) | (bstart == bend))
     )
     g.hdr, g.ok = hdr, ok
-    g.rounds = _parse_records(g.u, bstart, bend, count, ok)
+    g.rounds = parse_records(g.u, bstart, bend, count, ok)
 
 
 def _decode_declined(g: _Group, problems: list[Problem] | None) -> None:
@@ -312,7 +264,7 @@ class _Batches:
     cols: dict[str, np.ndarray] = field(default_factory=dict)
     file_names: list[str] = field(default_factory=list)
     source: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
-    comp_names: list[str] = field(default_factory=lambda: ["none"])
+    comp_names: list[str] = field(default_factory=lambda: list(COMPRESSION_NAMES))
     comp: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
 
 
@@ -346,13 +298,14 @@ def _batch_columns(g: _Group, b: _Batches) -> None:
             col[ex_ord] = [getattr(batch, attr) for batch in ex_batches]
         return col
 
-    b.comp = np.zeros(nb, dtype=np.int32)
+    b.comp = np.empty(nb, dtype=np.int32)
+    b.comp[fast_ord] = g.codec  # as written: a decompressed batch still reports its codec
     b.source = np.empty(nb, dtype=np.int32)
     b.source[fast_ord] = part_file[g.part_of]
     part_col = np.empty(nb, dtype=np.int32)
     part_col[fast_ord] = partitions[g.part_of]
     if ex_batches:
-        comp_code = {"none": 0}
+        comp_code = {name: i for i, name in enumerate(b.comp_names)}
         b.comp[ex_ord] = [comp_code.setdefault(x.compression, len(comp_code)) for x in ex_batches]
         b.comp_names = list(comp_code)
         b.source[ex_ord] = [file_code[x.source] for x in ex_batches]
@@ -513,6 +466,7 @@ def build_group(
     ``index_only``, or None if none; cumulative row count at the end of every batch in log
     order)."""
     g = _layout(parts)
+    _inflate(g)
     _vector_pass(g)
     _decode_declined(g, problems)
     b = _row_counts(g)

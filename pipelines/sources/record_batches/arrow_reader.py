@@ -14,17 +14,19 @@ C-speed CRC32C per batch); everything else is numpy over all batches at once:
 2. **headers** (:mod:`.arrow_decode`, as are 3 and 4): one row gather through a
    sliding-window view copies the 61 header bytes of every candidate batch; fields are
    big-endian views through a structured dtype;
-3. **records**: zig-zag varints (length, timestamp delta, offset delta, key and value
-   lengths; attributes skipped; header count must be 0) are decoded for the k-th record of
-   every batch at once, k = 0, 1, ... ("rounds"), with every check the exact decoder makes;
+3. **records** (:mod:`.arrow_records`): zig-zag varints (length, timestamp delta, offset
+   delta, key and value lengths; attributes skipped; header count must be 0) are decoded for
+   the k-th record of every batch at once, k = 0, 1, ... ("rounds"), with every check the
+   exact decoder makes; a compressed batch (gzip, snappy, lz4, zstd) is first decompressed
+   into a synthetic uncompressed copy in the group's buffer, so it takes the same rounds;
 4. **columns**: key/value become ``pa.binary`` arrays by one Arrow ``take`` over a view of the
    file bytes whose offsets alternate gap/key/gap/key (no per-record bytes objects), batch
    facts are expanded with ``np.repeat``.
 
-A batch the vector path does not fully validate (compressed, control, record headers,
-varints over 9 bytes, a record that does not fill its declared length, extreme offsets or
-timestamps, very long batches) is decoded by the exact ``decode_v2_batch`` instead, at its
-place, with its Problems. So the output equals ``batches_to_arrow(iter_batches(...))`` row for
+A batch the vector path does not fully validate (control, not decompressable, record
+headers, varints over 9 bytes, a record that does not fill its declared length, extreme
+offsets or timestamps, very long batches) and legacy magic 0/1 messages (pre-0.11 brokers)
+are decoded by the exact path instead, at their place, with their Problems. So the output equals ``batches_to_arrow(iter_batches(...))`` row for
 row, chunk boundaries and Problems included (tests/test_segments.py checks this on every
 corpus file and on the corruption cases).
 
