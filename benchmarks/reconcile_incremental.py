@@ -59,7 +59,7 @@ def _timed(repeat: int, fn: Callable[[], object]) -> tuple[float, float]:
     return min(walls), min(cpus)
 
 
-def measure(lake: Path, repeat: int, work: Path) -> dict[str, tuple[float, float]]:
+def measure(lake: Path, repeat: int, work: Path, report: bool = True) -> dict[str, tuple[float, float]]:
     from pipelines.reconcile.quality import run_quality_gate
     from pipelines.reconcile.reconcile import reconcile, run_reconcile
     from pipelines.report.html import write_report
@@ -69,14 +69,16 @@ def measure(lake: Path, repeat: int, work: Path) -> dict[str, tuple[float, float
     if not result.summary["passed"]:
         log.warning("the benchmark lake's reconciliation did not pass: %s", result.summary["classes"])
     n = result.reconciliation.num_partitions
-    return {
+    times = {
         "reconcile": _timed(repeat, lambda: reconcile(engine, cluster_id=CLUSTER)),
         "quality gate": _timed(repeat, lambda: run_quality_gate(
             engine, cluster_id=CLUSTER, num_partitions=n, data_docs=False)),
         "reconcile + gate (CLI)": _timed(repeat, lambda: run_reconcile(
             lake, cluster_id=CLUSTER, data_docs=False)),
-        "report": _timed(repeat, lambda: write_report(lake, work / "report.html")),
     }
+    if report:
+        times["report"] = _timed(repeat, lambda: write_report(lake, work / "report.html"))
+    return times
 
 
 def main() -> None:
@@ -85,6 +87,7 @@ def main() -> None:
                         help="demo generator scale (repeatable; default 200 and 2000)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--work", type=Path, help="keep the generated lakes here")
+    parser.add_argument("--no-report", action="store_true", help="skip the HTML report (slow)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,7 +96,7 @@ def main() -> None:
         results = {}
         for scale in args.scale or [200, 2000]:
             lake, records = build(work, scale)
-            results[records] = measure(lake, args.repeat, work)
+            results[records] = measure(lake, args.repeat, work, not args.no_report)
         names = next(iter(results.values())).keys()
         print(f"{'best of ' + str(args.repeat):<26}" + "".join(
             f"{f'{r:,} records':>28}" for r in results))
