@@ -13,6 +13,11 @@ batches with data, largest batch, wall time, records/s and this process's CPU ti
 planning and the broker; the Python workers are separate processes).
 
 Usage: ``python benchmarks/kafka_compacted.py [--scale 12] [--max-records-per-batch 500]``
+
+Measured (2 shared cores, load 4-19, old and new run alternately, best of 2; defaults: 3,052
+records over 60,211 offsets, 10 partitions): offset ranges (before issue 9) 88 micro-batches,
+23 with data, 47.6 s (82.9 s) wall, 64 records/s, driver+broker CPU 1.1 s; records counted
+ahead: 7 micro-batches, all with data, 7.7 s (14.1 s) wall, 399 records/s, CPU 0.1 s.
 """
 
 from __future__ import annotations
