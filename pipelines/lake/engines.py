@@ -72,16 +72,30 @@ class DeltaRsEngine:
         self.root: Path | str = (self.location.local_path if self.location.is_local
                                  else self.location.uri)
         self.storage_options = self.location.delta_options()
+        # Tables opened once, then brought up to date with only the log entries added
+        # since (``update_incremental``) instead of replaying the whole log on each use:
+        # a micro-batch asks "committed?" and then writes, per table. Tables are never
+        # dropped, so a table seen to exist is not probed again.
+        self._tables: dict[str, object] = {}
 
     def path(self, table: str) -> str:
         return self.location.join(table)
 
     def _table(self, table: str):
+        """``table`` at its latest version (every commit, by any writer, is seen)."""
+        known = self._tables.get(table)
+        if known is not None:
+            known.update_incremental()
+            return known
         from deltalake import DeltaTable
 
-        return DeltaTable(self.path(table), storage_options=self.storage_options)
+        opened = DeltaTable(self.path(table), storage_options=self.storage_options)
+        self._tables[table] = opened
+        return opened
 
     def exists(self, table: str) -> bool:
+        if table in self._tables:
+            return True
         from deltalake import DeltaTable
 
         return DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options)
@@ -91,7 +105,7 @@ class DeltaRsEngine:
             return
         from deltalake import DeltaTable
 
-        DeltaTable.create(
+        self._tables[contract.name] = DeltaTable.create(
             self.path(contract.name), contract.arrow_schema, mode="ignore",
             name=contract.name, description=contract.description,
             storage_options=self.storage_options,
@@ -123,8 +137,8 @@ class DeltaRsEngine:
         if self.committed(contract.name, app_id, version):
             log.info("%s: batch %d of %s already written, skipping", contract.name, version, app_id)
             return False
-        write_deltalake(
-            self.path(contract.name), contract.conform(data), mode="append",
+        write_deltalake(  # the table just checked: no second read of its log
+            self._table(contract.name), contract.conform(data), mode="append",
             commit_properties=self._commit(app_id, version), storage_options=self.storage_options,
             writer_properties=self._writer(),
         )
