@@ -124,26 +124,31 @@ def main() -> int:
         print(f"generated in {time.perf_counter() - w0:.1f} s: {data}")
 
     rows: list[tuple[str, int, float, float]] = []
+
+    def add(label: str, count: int, wall: float, cpu: float) -> None:
+        """Keep a row and print it at once (a long run still shows what it measured)."""
+        rows.append((label, count, wall, cpu))
+        print(f"  {label}: {count:,} records, {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
     wall, cpu, (n, groups) = timed(1, lambda: naive_baseline(data))
-    print(f"{n:,} records, {groups:,} group records ({100 * groups / n:.1f}%)")
-    rows.append(("baseline: per record (record objects, decode_record, dicts)", n, wall, cpu))
+    print(f"{n:,} records, {groups:,} group records ({100 * groups / n:.1f}%)", flush=True)
+    add("baseline: per record (record objects, decode_record, dicts)", n, wall, cpu)
     wall, cpu, m = timed(args.repeat, lambda: decode_path(data))
-    rows.append(("decode path: read_arrow + build_history", m, wall, cpu))
+    add("decode path: read_arrow + build_history", m, wall, cpu)
     for label, extra in (("offsetlake decode (JSON lines), process", []),
                          ("offsetlake decode --stats, process", ["--stats"])):
         best = min((cli_run(["decode", str(data), *extra], work) for _ in range(args.repeat)),
                    key=lambda r: r[0])
-        rows.append((label, n, best[0], best[1]))
+        add(label, n, best[0], best[1])
     from pipelines.ingest import ingest_segments_local
 
     lake = work / "lake-local"
     wall, cpu, rep = timed(1, lambda: ingest_segments_local(data, lake, cluster_id="bench"))
-    rows.append(("end to end, no Spark (ingest_segments_local)", rep.records, wall, cpu))
+    add("end to end, no Spark (ingest_segments_local)", rep.records, wall, cpu)
     if not args.no_spark:
         lake = work / "lake"
         wall, cpu, code = cli_run(["ingest", "--source", "segments", "--path", str(data),
                                    "--lake", str(lake), "--cluster-id", "bench"], work)
-        rows.append((f"end to end: offsetlake ingest, process (exit {code})", n, wall, cpu))
+        add(f"end to end: offsetlake ingest, process (exit {code})", n, wall, cpu)
 
     print(f"\n{'stage':<62}{'records':>11}{'wall s':>9}{'CPU s':>9}{'rec/s wall':>12}"
           f"{'rec/s CPU':>12}")
