@@ -1197,14 +1197,9 @@ class FakeKafkaCluster:
         TP = A.TopicPartitions
         out = []
         for gid in request.group_ids:
-            error = self._group_error(broker, gid, ApiKey.ConsumerGroupDescribe)
-            group = self.groups.get(gid)
-            message = None
-            if not error and (group is None or group.group_type != "consumer"):
-                error = GROUP_ID_NOT_FOUND
-                message = f"Group {gid} " + ("not found." if group is None
-                                              else "is not a consumer group.")
-            if error:
+            error, message, group = self._described_or_error(
+                broker, gid, ApiKey.ConsumerGroupDescribe, "consumer")
+            if group is None:
                 out.append(D(error_code=error, error_message=message, group_id=gid,
                              group_state="", group_epoch=-1, assignment_epoch=-1,
                              assignor_name="", members=[],
