@@ -389,10 +389,8 @@ def test_golden_scenario_a_equals_codec(scenario_a: Path) -> None:
 
 
 def test_public_corpus_equals_codec(public_corpus: Path) -> None:
-    try:
-        from pipelines.sources.record_batches.arrow_reader import read_arrow
-    except ImportError as exc:  # written in parallel; absent on some checkouts
-        pytest.skip(f"pipelines.sources.record_batches.arrow_reader.read_arrow is unavailable: {exc}")
+    from pipelines.sources.record_batches.arrow_reader import read_arrow
+
     compared = fast = 0
     for batch in read_arrow(public_corpus):
         keys = batch.column("key").to_pylist()
