@@ -1,0 +1,127 @@
+"""Benchmark: ``offsetlake decode`` (JSON lines) and ``decode --stats`` as a user runs them.
+
+Why: issue 9 measures the command against Kafka's ``kafka-dump-log.sh --offsets-decoder`` on
+whole-process CPU (JSON lines >= 5x, ``--stats`` >= 20x the JVM tool): the interpreter start,
+every import, reading, decoding and writing all count, so this script times fresh processes,
+never a function. Each command runs in its own child process (``python -m pipelines.cli``
+with stdout to a file); wall time by the clock, CPU time (user + system) from ``wait4``. A
+baseline checkout (``--baseline DIR``, e.g. the state before a change) runs the same
+commands alternately with this one, so both see the same machine load; best of N each. The
+outputs of both checkouts are compared byte for byte (sha256) and the result printed.
+
+``--imports`` also prints, per checkout, which heavy modules each command imported (pandas,
+kafka, pyarrow.dataset, ...) and the bare import cost of the command's modules.
+
+    python benchmarks/decode_cli.py                                  # public corpus, best of 5
+    python benchmarks/decode_cli.py --baseline /tmp/before --imports
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus" / "public"
+HEAVY = ("pandas", "kafka", "pyarrow.dataset", "pyarrow.acero", "pyspark", "deltalake",
+         "great_expectations", "pyarrow.parquet")
+COMMANDS = {"json": [], "stats": ["--stats"], "stats-n50": ["--stats", "--num-partitions", "50"]}
+
+
+def _env(checkout: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(checkout)
+    return env
+
+
+def run_once(checkout: Path, extra: list[str], paths: list[str], out: Path) -> tuple[float, float]:
+    """``(wall, cpu)`` seconds of one fresh ``offsetlake decode`` process."""
+    cmd = [sys.executable, "-m", "pipelines.cli", "decode", *extra, *paths]
+    with out.open("wb") as sink:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=checkout, env=_env(checkout), stdout=sink,
+                                stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} (in {checkout}) exited {proc.returncode}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def imported(checkout: Path, extra: list[str], paths: list[str]) -> list[str]:
+    """The heavy modules a ``decode`` process has imported when it ends."""
+    probe = ("import sys, runpy, atexit, os\n"
+             "def report():\n"
+             f"    names = [m for m in {HEAVY!r} if m in sys.modules]\n"
+             "    os.write(2, ('MODULES ' + ','.join(names) + '\\n').encode())\n"
+             "import pipelines.cli as c\n"
+             f"code = c.main(['decode', *{extra!r}, *{paths!r}])\n"
+             "report()\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=checkout, env=_env(checkout),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          check=True)
+    line = [s for s in done.stderr.splitlines() if s.startswith("MODULES ")][-1]
+    return [m for m in line[len("MODULES "):].split(",") if m]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _records(path: Path) -> int:
+    with path.open("rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("paths", nargs="*", default=[str(CORPUS)], help="segment files or directories")
+    ap.add_argument("--baseline", type=Path, help="a checkout to run alternately (e.g. /tmp/before)")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per command and checkout (best of)")
+    ap.add_argument("--imports", action="store_true", help="list heavy modules each run imported")
+    ap.add_argument("--commands", default=",".join(COMMANDS),
+                    help=f"comma-separated subset of {','.join(COMMANDS)}")
+    args = ap.parse_args(argv)
+    checkouts = {"current": REPO}
+    if args.baseline:
+        checkouts = {"baseline": args.baseline.resolve(), "current": REPO}
+    with tempfile.TemporaryDirectory(prefix="decode-cli-") as tmp:
+        for command in args.commands.split(","):
+            extra = COMMANDS[command]
+            best: dict[str, tuple[float, float]] = {}
+            digests: dict[str, str] = {}
+            records = 0
+            for _ in range(args.repeat):
+                for name, checkout in checkouts.items():  # alternately: same machine load
+                    out = Path(tmp) / f"{name}.out"
+                    wall, cpu = run_once(checkout, extra, args.paths, out)
+                    w, c = best.get(name, (float("inf"), float("inf")))
+                    best[name] = (min(w, wall), min(c, cpu))
+                    digests[name] = _digest(out)
+                    if command == "json":
+                        records = _records(out)
+            print(f"decode {' '.join(extra) or '(JSON lines)'}: best of {args.repeat}"
+                  + (f", {records} records" if records else ""))
+            for name, (wall, cpu) in best.items():
+                rate = f"  {records / cpu:10,.0f} records/CPU-s" if records else ""
+                print(f"  {name:9s} wall {wall:6.3f} s  CPU {cpu:6.3f} s{rate}  "
+                      f"output sha256 {digests[name]}")
+            if len(best) == 2:
+                (bw, bc), (cw, cc) = best["baseline"], best["current"]
+                same = "identical" if digests["baseline"] == digests["current"] else "DIFFERENT"
+                print(f"  speed-up  wall {bw / cw:5.2f}x  CPU {bc / cc:5.2f}x  outputs {same}")
+            if args.imports:
+                for name, checkout in checkouts.items():
+                    mods = imported(checkout, extra, args.paths)
+                    print(f"  {name:9s} imported: {', '.join(mods) or 'none of ' + ','.join(HEAVY)}")
+
+
+if __name__ == "__main__":
+    main()
