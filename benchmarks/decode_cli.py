@@ -56,13 +56,16 @@ def run_once(checkout: Path, extra: list[str], paths: list[str], out: Path) -> t
 
 
 def imported(checkout: Path, extra: list[str], paths: list[str]) -> list[str]:
-    """The heavy modules a ``decode`` process has imported when it ends."""
+    """The heavy modules a ``decode`` process has imported when it ends (``main`` as ``run``
+    calls it, without ``run``'s final ``os._exit``)."""
     probe = ("import sys, runpy, atexit, os\n"
              "def report():\n"
              f"    names = [m for m in {HEAVY!r} if m in sys.modules]\n"
              "    os.write(2, ('MODULES ' + ','.join(names) + '\\n').encode())\n"
-             "import pipelines.cli as c\n"
-             f"code = c.main(['decode', *{extra!r}, *{paths!r}])\n"
+             "import inspect, pipelines.cli as c\n"
+             f"argv = ['decode', *{extra!r}, *{paths!r}]\n"
+             "standalone = 'standalone' in inspect.signature(c.main).parameters\n"
+             "code = c.main(argv, standalone=True) if standalone else c.main(argv)\n"
              "report()\n")
     done = subprocess.run([sys.executable, "-c", probe], cwd=checkout, env=_env(checkout),
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

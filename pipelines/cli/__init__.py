@@ -23,9 +23,10 @@ __all__ = ["build_parser", "main", "run"]
 log = logging.getLogger("offsetlake")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, standalone: bool = False) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.standalone = standalone  # run(): the process ends with this command (os._exit)
     default = logging.INFO if args.verbose else logging.WARNING
     level = getattr(logging, str(args.log_level).upper(), default) if args.log_level else default
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -89,7 +90,7 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
     ten). So Spark is stopped, output flushed, and the process leaves with the command's
     real status without that teardown.
     """
-    code = main(argv)
+    code = main(argv, standalone=True)
     if "pyspark" in sys.modules:
         from pyspark.sql import SparkSession
 

@@ -3,8 +3,8 @@
 Why one module: every reader (the exact per-record reader, the vectorized Arrow reader, the
 Kafka Fetch path) and the one writer must agree on these bytes; a second copy of a mask or a
 varint is a second place for a format bug. Pure and cheap to import: no Spark, no sockets, no
-numpy; ``kafka.codec`` is imported lazily (``import kafka`` costs ~150 ms and >99% of
-``__consumer_offsets`` batches are uncompressed).
+numpy; kafka-python's codec module is loaded lazily and without the client package
+(``import kafka`` costs ~150 ms and >99% of ``__consumer_offsets`` batches are uncompressed).
 
 Two varint encodings exist in Kafka: the zig-zag varint/varlong of records (here) and the
 unsigned varint of KIP-482 flexible protocol versions (:mod:`pipelines.decode.wire`).
@@ -12,8 +12,11 @@ unsigned varint of KIP-482 flexible protocol versions (:mod:`pipelines.decode.wi
 
 from __future__ import annotations
 
+import importlib.util
 import struct
+import sys
 import zlib
+from pathlib import Path
 from typing import Any
 
 from crc32c import crc32c
@@ -162,10 +165,29 @@ _codec_module: Any = None
 def _codecs() -> Any:
     global _codec_module
     if _codec_module is None:
+        _codec_module = sys.modules.get("kafka.codec") or _load_kafka_codec()
+    return _codec_module
+
+
+def _load_kafka_codec() -> Any:
+    """kafka-python's ``kafka/codec.py`` (Kafka's gzip/snappy/lz4/zstd framing), loaded on
+    its own when the client is not imported yet.
+
+    Why: ``import kafka.codec`` first runs ``kafka/__init__.py``, which imports the whole
+    client (admin, consumer, producer: ~80-150 ms) that a reader of segment files never uses;
+    codec.py itself imports only the standard library and the compression libraries. Falls
+    back to the ordinary import when the file is not a plain module on disk."""
+    spec = importlib.util.find_spec("kafka")  # a top-level spec: kafka/__init__ does not run
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    path = Path(locations[0]) / "codec.py" if locations else None
+    if path is None or not path.is_file():
         import kafka.codec
 
-        _codec_module = kafka.codec
-    return _codec_module
+        return kafka.codec
+    codec_spec = importlib.util.spec_from_file_location("offsetlake_kafka_codec", path)
+    module = importlib.util.module_from_spec(codec_spec)
+    codec_spec.loader.exec_module(module)
+    return module
 
 
 def decompress(codec: int, payload: bytes, magic: int) -> bytes:
