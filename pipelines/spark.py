@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines import jvm_cache
+
 log = logging.getLogger(__name__)
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -37,6 +39,9 @@ LOCAL_DEFAULTS = {
     # micro-batches come to the driver as Arrow: give its JVM room for ~1M-record batches
     "spark.driver.memory": "4g",
     "spark.driver.maxResultSize": "0",
+    # pyspark's daemon, imported from the installed package rather than compiled again from
+    # Spark's source zip in every Python process Spark starts (pipelines/spark_daemon.py)
+    "spark.python.daemon.module": "pipelines.spark_daemon",
 }
 LOCAL_LOG_LEVEL = "FATAL"  # failures reach the user as our own one-line errors
 # JVM flags for a local master that this process launches: the C1 compiler only. A scheduled
@@ -248,13 +253,20 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     for key, value in settings.conf.items():
         builder = builder.config(key, value)
     ours = bool(settings.submit_opts) and "SPARK_SUBMIT_OPTS" not in os.environ
+    archive = jvm_cache.plan(os.environ, _spark_home(os.environ), settings.submit_opts or "",
+                             user_conf.get("spark.driver.extraClassPath", "")) if ours else None
     if ours:  # only for the spark-submit that launches the JVM; nothing else sees it
-        os.environ["SPARK_SUBMIT_OPTS"] = settings.submit_opts
+        os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
+            [settings.submit_opts, *([archive.java_options] if archive else [])])
     try:
         spark = builder.getOrCreate()
+    except BaseException:
+        jvm_cache.abandon(archive)
+        raise
     finally:
         if ours:
             os.environ.pop("SPARK_SUBMIT_OPTS", None)
+    jvm_cache.started(archive, getattr(spark.sparkContext._gateway, "proc", None))
     if settings.log_level:
         spark.sparkContext.setLogLevel(settings.log_level)
     include_wheels(spark.sparkContext)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("OFFSETLAKE_SHARED", REPO.parent / "shared"))
 CORPUS = SHARED / "corpus"
+# the local JVMs' class archive (pipelines/jvm_cache.py) of test runs: beside, not in, the
+# user's own cache, shared by the test run's JVMs and kept between runs on one machine
+os.environ.setdefault("OFFSETLAKE_JVM_CACHE",
+                      os.path.join(tempfile.gettempdir(), f"offsetlake-tests-jvm-{os.getuid()}"))
 
 
 def corpus_path(*parts: str) -> Path:

@@ -97,6 +97,10 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
         session = SparkSession.getActiveSession()
         if session is not None:
             session.stop()
+    if "pipelines.jvm_cache" in sys.modules:  # a first run's JVM writes its class archive
+        from pipelines import jvm_cache
+
+        jvm_cache.finish()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

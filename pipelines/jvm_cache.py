@@ -1,0 +1,185 @@
+"""A class-data-sharing archive of Spark's classes for the local JVM this process launches.
+
+A local Spark JVM loads and verifies tens of thousands of classes from Spark's jars at every
+start and on the first query: ~3 s of a short scheduled run (``benchmarks/real_workload.py``).
+The JVM (JDK 13+, AppCDS) can map them from an archive instead. The first run without an
+archive asks its JVM to write one when it exits; later runs with the same Java and the same
+Spark jars map it. The archive is written under a temporary name and renamed only once the JVM
+has exited cleanly: the JVM crashes on a truncated archive, so a partial one is never used.
+One process at a time writes (a lock file); the others just run without.
+
+``OFFSETLAKE_JVM_CACHE``: ``off`` disables it, a directory moves it (default
+``$XDG_CACHE_HOME/offsetlake/jvm`` or ``~/.cache/offsetlake/jvm``; an archive is ~150 MB).
+Never used for a JVM the user started or configured (``SPARK_SUBMIT_OPTS``, spark-submit),
+nor when a directory with files is on the JVM's class path (``SPARK_CONF_DIR`` with a
+``spark-defaults.conf``, ``HADOOP_CONF_DIR``): the JVM cannot archive such a class path.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import logging
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CACHE_ENV = "OFFSETLAKE_JVM_CACHE"
+OFF = ("off", "false", "0", "no", "none")
+#: a lock or temporary archive older than this was left by a process that died
+STALE_SECONDS = 3600
+#: JVM log settings with an archive: its warnings (a mismatched archive is simply not used)
+#: go to stderr and CDS' own are dropped, so nothing reaches the command's stdout
+QUIET_CDS_LOG = "-Xlog:disable -Xlog:all=warning:stderr -Xlog:cds*=error:stderr"
+#: environment variables that shape the JVM's class path (spark-class's launcher)
+CLASSPATH_ENV = ("SPARK_HOME", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR",
+                 "SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH", "JAVA_HOME", "PATH")
+
+
+@dataclass(frozen=True)
+class ArchivePlan:
+    """What the JVM to launch does with the archive: map it, or write it at exit."""
+
+    archive: Path
+    writing: Path | None = None  # the temporary file the JVM writes (None: it maps archive)
+    lock: Path | None = None
+
+    @property
+    def java_options(self) -> str:
+        if self.writing is None:
+            return f"-XX:SharedArchiveFile={self.archive} {QUIET_CDS_LOG}"
+        return f"-XX:ArchiveClassesAtExit={self.writing} {QUIET_CDS_LOG}"
+
+
+def cache_dir(env: Mapping[str, str]) -> Path | None:
+    setting = env.get(CACHE_ENV, "").strip()
+    if setting.lower() in OFF:
+        return None
+    if setting:
+        return Path(setting)
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "offsetlake" / "jvm"
+
+
+def _java(env: Mapping[str, str]) -> Path | None:
+    if env.get("JAVA_HOME"):
+        candidate = Path(env["JAVA_HOME"]) / "bin" / "java"
+        return candidate if candidate.is_file() else None
+    found = shutil.which("java", path=env.get("PATH"))
+    return Path(found) if found else None
+
+
+def fingerprint(env: Mapping[str, str], spark_home: Path, extra: str = "") -> str | None:
+    """A key for the archive: the Java binary, Spark's jars and the class-path settings
+    (None when there is no java to key on). The JVM checks the class path itself too."""
+    java = _java(env)
+    jars = spark_home / "jars"
+    if java is None or not jars.is_dir():
+        return None
+    real = java.resolve()
+    parts = [str(real), str(real.stat().st_size), str(real.stat().st_mtime_ns), extra]
+    parts += [f"{k}={env.get(k, '')}" for k in CLASSPATH_ENV]
+    parts += sorted(f"{p.name}:{p.stat().st_size}" for p in jars.iterdir())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def _stale(path: Path) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime > STALE_SECONDS
+    except FileNotFoundError:
+        return False
+
+
+def class_path_directories(env: Mapping[str, str], spark_home: Path,
+                           extra_class_path: str = "") -> list[Path]:
+    """The directories spark-class's launcher puts on the JVM's class path (its conf dir,
+    Hadoop's and YARN's, ``SPARK_DIST_CLASSPATH``, ``spark.driver.extraClassPath``)."""
+    conf = env.get("SPARK_CONF_DIR") or str(spark_home / "conf")
+    entries = [conf, env.get("HADOOP_CONF_DIR", ""), env.get("YARN_CONF_DIR", ""),
+               *env.get("SPARK_DIST_CLASSPATH", "").split(os.pathsep),
+               *extra_class_path.split(os.pathsep)]
+    return [Path(e) for e in entries if e and not e.endswith("*") and Path(e).is_dir()]
+
+
+def plan(env: Mapping[str, str], spark_home: Path, extra: str = "",
+         extra_class_path: str = "") -> ArchivePlan | None:
+    """Map the archive if there is one; else write it, if no other process is writing it.
+
+    None (run without) when a class-path directory holds files: the JVM cannot archive such a
+    class path and says so on stdout, where the command's own output goes.
+    """
+    if any(any(d.iterdir()) for d in class_path_directories(env, spark_home, extra_class_path)):
+        return None
+    directory = cache_dir(env)
+    key = fingerprint(env, spark_home, extra) if directory else None
+    if directory is None or key is None:
+        return None
+    archive = directory / f"spark-{key}.jsa"
+    if archive.is_file():
+        return ArchivePlan(archive)
+    lock = directory / f"spark-{key}.lock"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if _stale(lock):
+            lock.unlink(missing_ok=True)
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except OSError:  # another process writes it, or the cache is not writable: run without
+        return None
+    os.close(fd)
+    for old in directory.glob(f"spark-{key}.*.tmp"):
+        if _stale(old):
+            old.unlink(missing_ok=True)
+    return ArchivePlan(archive, writing=directory / f"spark-{key}.{os.getpid()}.tmp", lock=lock)
+
+
+_pending: list[tuple[ArchivePlan, object]] = []
+
+
+def abandon(archive_plan: ArchivePlan | None) -> None:
+    """The JVM did not start: release the lock for the next run, and drop an archive it was
+    to map (a damaged archive crashes the JVM; a sound one is written again by a later run)."""
+    if archive_plan is None:
+        return
+    if archive_plan.lock is not None:
+        archive_plan.lock.unlink(missing_ok=True)
+    if archive_plan.writing is None:
+        archive_plan.archive.unlink(missing_ok=True)
+        log.warning("the JVM did not start with the class archive %s; it is removed",
+                    archive_plan.archive)
+
+
+def started(archive_plan: ArchivePlan | None, gateway_process) -> None:
+    """Remember a JVM that writes an archive at exit, to finish it (:func:`finish`)."""
+    if archive_plan is None or archive_plan.writing is None or gateway_process is None:
+        return
+    if not _pending:
+        atexit.register(finish)
+    _pending.append((archive_plan, gateway_process))
+
+
+def finish(timeout: float = 120.0) -> None:
+    """Let each JVM that writes an archive exit (its stdin closes: pyspark's gateway exits on
+    that), wait for it, and publish the archive if the JVM exited cleanly.
+
+    Call after the SparkSession stopped; a no-op when no archive is being written.
+    """
+    while _pending:
+        archive_plan, process = _pending.pop()
+        try:
+            if process.stdin is not None:
+                process.stdin.close()
+            code = process.wait(timeout=timeout)
+            if code == 0 and archive_plan.writing.is_file():
+                os.replace(archive_plan.writing, archive_plan.archive)
+                log.debug("JVM class archive written: %s", archive_plan.archive)
+        except Exception as exc:  # a cache: never the reason a run fails
+            log.debug("JVM class archive not written: %s", exc)
+        finally:
+            archive_plan.writing.unlink(missing_ok=True)
+            if archive_plan.lock is not None:
+                archive_plan.lock.unlink(missing_ok=True)

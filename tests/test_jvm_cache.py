@@ -1,0 +1,159 @@
+"""The local JVM's class archive: written once under a temporary name, published only after
+a clean exit, mapped by later JVMs, one writer at a time, never for a user's own JVM options;
+and Spark's Python daemon imported from the installed pyspark rather than its source zip."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from pipelines import jvm_cache, spark_daemon
+
+
+@pytest.fixture
+def spark_home(tmp_path: Path) -> Path:
+    """A stand-in SPARK_HOME with a jars directory (the fingerprint lists its jars)."""
+    home = tmp_path / "spark"
+    (home / "jars").mkdir(parents=True)
+    (home / "jars" / "spark-core.jar").write_bytes(b"jar")
+    return home
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {"PATH": os.environ["PATH"], jvm_cache.CACHE_ENV: str(tmp_path / "cache"), **extra}
+
+
+def test_first_plan_writes_under_a_temporary_name_and_holds_the_lock(tmp_path, spark_home) -> None:
+    env = _env(tmp_path)
+    first = jvm_cache.plan(env, spark_home)
+    assert first is not None and first.writing is not None and first.lock.is_file()
+    assert first.writing.name.endswith(f".{os.getpid()}.tmp")
+    assert first.writing.parent == first.archive.parent == tmp_path / "cache"
+    assert f"-XX:ArchiveClassesAtExit={first.writing}" in first.java_options
+    assert jvm_cache.plan(env, spark_home) is None  # another process is writing it
+    jvm_cache.abandon(first)
+    assert not first.lock.exists()
+    again = jvm_cache.plan(env, spark_home)
+    assert again is not None and again.writing is not None
+
+
+def test_a_published_archive_is_mapped_and_a_stale_lock_is_taken_over(tmp_path, spark_home) -> None:
+    env = _env(tmp_path)
+    writing = jvm_cache.plan(env, spark_home)
+    old = time.time() - jvm_cache.STALE_SECONDS - 60
+    os.utime(writing.lock, (old, old))  # its writer died an hour ago
+    taken = jvm_cache.plan(env, spark_home)
+    assert taken is not None and taken.writing is not None
+    taken.archive.write_bytes(b"archive")
+    mapped = jvm_cache.plan(env, spark_home)
+    assert mapped.writing is None and mapped.archive == taken.archive
+    assert mapped.java_options.startswith(f"-XX:SharedArchiveFile={taken.archive} ")
+    assert "stderr" in mapped.java_options  # JVM warnings never reach the command's stdout
+
+
+def test_the_key_follows_java_and_spark_jars_and_off_disables(tmp_path, spark_home) -> None:
+    env = _env(tmp_path)
+    key = jvm_cache.fingerprint(env, spark_home)
+    (spark_home / "jars" / "delta-spark.jar").write_bytes(b"more")
+    assert jvm_cache.fingerprint(env, spark_home) != key
+    assert jvm_cache.fingerprint(env, spark_home, "-XX:Other") != jvm_cache.fingerprint(env, spark_home)
+    assert jvm_cache.fingerprint({**env, "JAVA_HOME": str(tmp_path / "nojava")}, spark_home) is None
+    for off in ("off", "OFF", "false", "0"):
+        assert jvm_cache.plan({**env, jvm_cache.CACHE_ENV: off}, spark_home) is None
+
+
+def test_an_unwritable_cache_runs_without(tmp_path, spark_home) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert jvm_cache.plan(_env(tmp_path, **{jvm_cache.CACHE_ENV: str(blocker / "jvm")}),
+                          spark_home) is None
+
+
+def test_a_jvm_that_did_not_start_drops_the_archive_it_was_to_map(tmp_path, spark_home) -> None:
+    env = _env(tmp_path)
+    first = jvm_cache.plan(env, spark_home)
+    first.archive.write_bytes(b"damaged")
+    jvm_cache.abandon(first)
+    mapped = jvm_cache.plan(env, spark_home)
+    assert mapped.writing is None
+    jvm_cache.abandon(mapped)
+    assert not mapped.archive.exists()
+
+
+_PROBE = """
+import json, os
+from pipelines.spark import spark_session
+spark = spark_session("probe")
+assert spark.range(10).count() == 10
+jvm = spark._jvm
+pid = jvm.java.lang.ProcessHandle.current().pid()
+maps = open(f"/proc/{pid}/maps").read()
+args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+print(json.dumps({"args": args, "mapped": [a for a in set(maps.split()) if a.endswith(".jsa")]}))
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_a_real_local_jvm_writes_the_archive_once_and_the_next_one_maps_it(tmp_path: Path) -> None:
+    run_env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYSPARK_", "SPARK_", "OFFSETLAKE_SPARK"))}
+    cache = tmp_path / "cache"
+    run_env[jvm_cache.CACHE_ENV] = str(cache)
+
+    def probe() -> dict:
+        out = subprocess.run([sys.executable, "-c", _PROBE], cwd=tmp_path, env=run_env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.count("\n") == 1, out.stdout  # the JVM printed nothing on stdout
+        return json.loads(out.stdout)
+
+    first = probe()
+    writing = [a for a in first["args"] if a.startswith("-XX:ArchiveClassesAtExit=")]
+    assert len(writing) == 1 and writing[0].endswith(".tmp")
+    archives = sorted(cache.glob("*.jsa"))
+    assert len(archives) == 1 and archives[0].stat().st_size > 1_000_000
+    assert not list(cache.glob("*.tmp")) and not list(cache.glob("*.lock"))
+
+    second = probe()
+    assert f"-XX:SharedArchiveFile={archives[0]}" in second["args"]
+    assert str(archives[0]) in second["mapped"]  # the JVM really maps Spark's classes from it
+
+
+def test_spark_daemon_drops_only_zips_that_hold_the_installed_version(tmp_path: Path) -> None:
+    import pyspark
+
+    installed = Path(pyspark.__file__).parents[1]  # site-packages, holding pyspark and py4j
+    spark_zip = Path(pyspark.__file__).parent / "python" / "lib" / "pyspark.zip"
+    if not spark_zip.is_file():
+        pytest.skip("this pyspark has no python/lib/pyspark.zip (not a pip-installed pyspark)")
+    other = tmp_path / "pyspark.zip"
+    with zipfile.ZipFile(other, "w") as archive:
+        archive.writestr("pyspark/version.py", '__version__ = "3.5.0"\n')
+    path = [str(spark_zip), str(other), str(installed)]
+    assert spark_daemon.redundant_zips(path) == [str(spark_zip)]
+    assert spark_daemon.redundant_zips([str(spark_zip)]) == []  # nothing installed beside it
+
+
+def test_a_class_path_directory_with_files_runs_without(tmp_path, spark_home) -> None:
+    """The JVM cannot archive a class path with a non-empty directory (and prints so on stdout)."""
+    conf = tmp_path / "spark-conf"
+    conf.mkdir()
+    env = _env(tmp_path, SPARK_CONF_DIR=str(conf))
+    first = jvm_cache.plan(env, spark_home)
+    assert first is not None  # an empty conf dir is fine
+    jvm_cache.abandon(first)
+    (conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    assert jvm_cache.plan(env, spark_home) is None
+    hadoop = tmp_path / "hadoop"
+    hadoop.mkdir()
+    (hadoop / "core-site.xml").write_text("<configuration/>")
+    assert jvm_cache.plan(_env(tmp_path, HADOOP_CONF_DIR=str(hadoop)), spark_home) is None
+    assert jvm_cache.plan(_env(tmp_path), spark_home, extra_class_path=str(hadoop)) is None
