@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -123,18 +123,14 @@ def _join(*parts: pa.Array | pa.Scalar) -> pa.Array:
     return pc.binary_join_element_wise(*parts, _lit(""))
 
 
-def _jint(arr: pa.Array) -> pa.Array:
-    """Integers as JSON numbers (null as ``null``)."""
-    return pc.fill_null(pc.cast(arr, pa.string()), "null")
+def _jint(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Integers as JSON numbers; null stays null (a piece the join skips)."""
+    return pc.cast(arr, pa.string())
 
 
-def _jbool(arr: pa.Array) -> pa.Array:
-    return pc.fill_null(pc.if_else(arr, _lit("true"), _lit("false")), "null")
-
-
-def _jstr(arr: pa.Array) -> pa.Array:
-    """Strings as ``json.dumps(s, ensure_ascii=False)`` writes them (null as ``null``): quotes
-    around the rest, ``json.dumps`` itself for the few that need escapes."""
+def _jstr(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Strings as ``json.dumps(s, ensure_ascii=False)`` writes them, null staying null:
+    quotes around the rest, ``json.dumps`` itself for the few that need escapes."""
     arr = _array(pc.cast(arr, pa.string()))
     quoted = _join(_lit('"'), arr, _lit('"'))
     rows = _escaped_rows(arr)
@@ -143,7 +139,7 @@ def _jstr(arr: pa.Array) -> pa.Array:
         mask = np.zeros(len(arr), dtype=bool)
         mask[rows] = True
         quoted = pc.replace_with_mask(quoted, pa.array(mask), pa.array(escaped, pa.string()))
-    return pc.fill_null(quoted, "null")
+    return quoted
 
 
 def _escaped_rows(arr: pa.Array) -> np.ndarray:
@@ -158,70 +154,164 @@ def _escaped_rows(arr: pa.Array) -> np.ndarray:
     return np.unique(np.searchsorted(offsets, hits + begin, side="right") - 1)
 
 
-def _when(mask: pa.Array, parts: list[pa.Array | pa.Scalar]) -> pa.Array:
-    """The joined ``parts`` where ``mask``, else the empty string (an optional JSON member)."""
-    return pc.if_else(mask, pc.fill_null(_join(*parts), ""), _lit(""))
+def _dumps(value: Any) -> str:
+    """One JSON value as record_line prints it."""
+    return json.dumps(value, ensure_ascii=False)
 
 
-def _value_json(d: pa.RecordBatch) -> pa.Array:
-    """``"value"`` of offset commits: the fields each value version has, in the codec's order
-    (v0/v2: offset, metadata, commit_timestamp; v1 + expire_timestamp; v3 leader_epoch after
-    offset; v4 + topic_id, null for type 1 when the tag is absent, as record_json does)."""
-    ver = pc.fill_null(d.column("value_version"), -1)
-    rtype = d.column("record_type")
-    topic_id = d.column("topic_id")
-    no_id = pc.fill_null(pc.and_(pc.equal(rtype, 1), pc.equal(topic_id, ZERO_UUID)), False)
-    tid = pc.if_else(no_id, _lit("null"), _join(_lit('"'), topic_id, _lit('"')))  # base64url
-    value = _join(
-        _lit('{"version": '), _jint(d.column("value_version")),
-        _lit(', "fields": {"offset": '), _jint(d.column("committed_offset")),
-        _when(pc.greater_equal(ver, 3), [_lit(', "leader_epoch": '), _jint(d.column("leader_epoch"))]),
-        _lit(', "metadata": '), _jstr(d.column("metadata")),
-        _lit(', "commit_timestamp": '), _jint(d.column("commit_timestamp")),
-        _when(pc.equal(ver, 1), [_lit(', "expire_timestamp": '), _jint(d.column("expire_timestamp"))]),
-        _when(pc.equal(ver, 4), [_lit(', "topic_id": '), tid]),
-        _lit("}}"),
-    )
-    return pc.if_else(d.column("is_tombstone"), _lit("null"), value)
+class _Codes(NamedTuple):
+    """A low-cardinality column as small integer codes: ``codes[i]`` indexes ``values``
+    (``len(values) - 1`` is null)."""
+
+    codes: np.ndarray
+    values: list[Any]
 
 
-def _codes(arr: pa.Array, known: pa.Array) -> pa.Array:
-    """``arr`` where its value is among ``known`` (0, 1, ...), else null: indexes for take."""
-    return pc.cast(pc.if_else(pc.is_in(arr, value_set=known), arr, None), pa.int32())
+def _codes_of(arr: pa.Array | pa.ChunkedArray) -> _Codes:
+    """Dictionary codes of any column (strings, ints, booleans), null as the last value."""
+    if pa.types.is_boolean(arr.type):  # no hashing: false 0, true 1, null 2
+        return _Codes(_int64s(pc.cast(arr, pa.int8()), 2), [False, True, None])
+    enc = pc.dictionary_encode(_array(arr))
+    values = [*enc.dictionary.to_pylist(), None]
+    return _Codes(_int64s(enc.indices, len(values) - 1), values)
 
 
-def _fast_lines(r: pa.RecordBatch, d: pa.RecordBatch, stamps: pa.Array) -> pa.Array:
+def _rendered(columns: list[_Codes], render: Callable[..., str | None]) -> pa.Array:
+    """``render(*values)`` of each row's combination of the coded ``columns``, rendered once
+    per distinct combination (Python) and spread to the rows by ``take``: one join argument
+    instead of one per column and literal. None renders as null (a skipped piece)."""
+    dims = tuple(len(c.values) for c in columns)
+    packed = np.ravel_multi_index(tuple(c.codes for c in columns), dims)
+    size = int(np.prod(dims, dtype=np.int64))
+    if size <= 1 << 22:
+        present = np.bincount(packed, minlength=size) > 0
+        ids = np.flatnonzero(present)
+        index = (np.cumsum(present) - 1)[packed]
+    else:  # many combinations: sort instead of a dense table
+        ids, index = np.unique(packed, return_inverse=True)
+    rows = zip(*np.unravel_index(ids, dims), strict=True)
+    texts = [render(*(c.values[i] for c, i in zip(columns, row, strict=True))) for row in rows]
+    # a dictionary array cast to strings: ~10x faster than take() for long repeated texts
+    return pc.cast(pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int32)),
+                                                  pa.array(texts, pa.string())), pa.string())
+
+
+def _flag(mask: np.ndarray) -> _Codes:
+    return _Codes(mask.astype(np.int64), [False, True])
+
+
+def _jvalue(value: Any) -> str:
+    """A scalar as _jint/_jbool/_jstr print it (null as ``null``)."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return str(value) if isinstance(value, int) else _dumps(value)
+
+
+_BATCH = '}}, "batch": {"base_offset": '  # closes the value object, opens the batch
+_VALUE_TAIL = {1: ', "expire_timestamp": ', 4: ', "topic_id": '}
+
+
+def _value_pieces(d: pa.Table, tomb: np.ndarray, ver: np.ndarray) -> list[pa.Array]:
+    """The join pieces from ``}}, "value": `` to ``"batch": {"base_offset": `` of offset
+    commits: the fields each value version has, in the codec's order (v0/v2: offset,
+    metadata, commit_timestamp; v1 + expire_timestamp; v3 leader_epoch after offset; v4 +
+    topic_id, null for type 1 when the tag is absent, as record_json does). Fields a version
+    lacks are null in the decoded columns (json_lines checks it), so they are skipped."""
+    version = _Codes(np.where(tomb, 0, np.clip(ver, -1, 98) + 2), ["tomb", None, *range(99)])
+    head = _rendered([version], lambda v: '}}, "value": null' if v == "tomb" else
+                     f'}}}}, "value": {{"version": {_jvalue(v)}, "fields": {{"offset": ')
+    epoch = np.logical_and(~tomb, ver >= 3)
+    rtype_1 = pc.equal(d.column("record_type"), 1)
+    no_id = pc.fill_null(pc.and_(rtype_1, pc.equal(d.column("topic_id"), ZERO_UUID)), False)
+    topic_id = pc.if_else(no_id, _lit("null"), _join(_lit('"'), d.column("topic_id"), _lit('"')))
+    return [
+        head, _jint(d.column("committed_offset")),
+        _rendered([version], lambda v: None if v == "tomb" else
+                  ', "leader_epoch": ' if v is not None and v >= 3 else ', "metadata": '),
+        pc.if_else(pa.array(epoch), _jint(d.column("leader_epoch")), pa.scalar(None, pa.string())),
+        _rendered([_flag(epoch)], lambda e: ', "metadata": ' if e else None),
+        _jstr(d.column("metadata")),
+        _rendered([_flag(tomb)], lambda t: None if t else ', "commit_timestamp": '),
+        _jint(d.column("commit_timestamp")),
+        _rendered([version], lambda v: ', "batch": {"base_offset": ' if v == "tomb" else
+                  _VALUE_TAIL.get(v, _BATCH)),
+        _jint(d.column("expire_timestamp")), topic_id,
+        _rendered([version], lambda v: _BATCH if v in _VALUE_TAIL else None),
+    ]
+
+
+def _fast_lines(r: pa.RecordBatch, d: pa.Table, stamps: pa.Array) -> pa.Array:
     """JSON lines of well-formed offset commits and their tombstones (RAW rows ``r``, decoded
-    columns ``d``), column by column, in record_json's member order."""
-    names = pa.array(["LegacyOffsetCommit", "OffsetCommit"], pa.string())
-    rtype = d.column("record_type")
-    ts_type = pa.array(list(_TIMESTAMP_TYPES.values()), pa.string()).take(
-        _codes(r.column("timestamp_type"), pa.array([0, 1], pa.int8())))
-    return _join(
-        _lit('{"partition": '), _jint(r.column("offsets_partition")),
-        _lit(', "offset": '), _jint(r.column("offset")),
-        _lit(', "timestamp": '), _jint(stamps),
-        _lit(', "timestamp_type": '), _jstr(pc.fill_null(ts_type, "NoTimestamp")),
-        _lit(', "key": {"type": '), _jint(rtype),
-        _lit(', "name": '), _jstr(names.take(_codes(rtype, pa.array([0, 1], pa.int16())))),
-        _lit(', "fields": {"group": '), _jstr(d.column("group_id")),
-        _lit(', "topic": '), _jstr(d.column("topic")),
+    columns ``d``), in record_json's member order: one Arrow join over the rows, with the
+    low-cardinality members (partition, timestamp type, record type, batch flags, codec,
+    magic, status, file) rendered once per distinct combination."""
+    tomb = _array(pc.fill_null(d.column("is_tombstone"), False)).to_numpy(zero_copy_only=False)
+    ver = _int64s(d.column("value_version"), -1)
+    names = {0: "LegacyOffsetCommit", 1: "OffsetCommit"}
+    ts_type = _int64s(r.column("timestamp_type"), -1)
+    ts_names = _Codes(np.where(np.isin(ts_type, (0, 1)), ts_type, 2),
+                      [*_TIMESTAMP_TYPES.values(), "NoTimestamp"])
+    rtype = _codes_of(d.column("record_type"))
+    pieces = [
+        _rendered([_codes_of(r.column("offsets_partition"))],
+                  lambda p: f'{{"partition": {_jvalue(p)}, "offset": '),
+        _jint(r.column("offset")), _lit(', "timestamp": '), _jint(stamps),
+        _rendered([ts_names, rtype], lambda ts, t: (
+            f', "timestamp_type": {_dumps(ts)}, "key": {{"type": {_jvalue(t)}, "name": '
+            f'{_jvalue(names.get(t))}, "fields": {{"group": ')),
+        _jstr(d.column("group_id")), _lit(', "topic": '), _jstr(d.column("topic")),
         _lit(', "partition": '), _jint(d.column("partition")),
-        _lit('}}, "value": '), _value_json(d),
-        _lit(', "batch": {"base_offset": '), _jint(r.column("batch_base_offset")),
-        _lit(', "producer_id": '), _jint(r.column("producer_id")),
-        _lit(', "producer_epoch": '), _jint(r.column("producer_epoch")),
-        _lit(', "transactional": '), _jbool(r.column("is_transactional")),
-        _lit(', "control": '), _jbool(r.column("is_control")),
-        _lit(', "control_type": '), _jstr(r.column("control_type")),
-        _lit(', "compression": '), _jstr(r.column("compression")),
-        _lit(', "magic": '), _jint(r.column("magic")),
-        _lit(', "crc_valid": '), _jbool(r.column("crc_valid")),
-        _lit(', "position": '), _jint(r.column("source_position")),
-        _lit('}, "decode_status": '), _jstr(d.column("decode_status")),
-        _lit(', "decode_error": null, "file": '), _jstr(r.column("source")),
-        _lit("}\n"),
-    )
+        *_value_pieces(d, tomb, ver),
+        _jint(r.column("batch_base_offset")), _lit(', "producer_id": '),
+        _jint(r.column("producer_id")), _lit(', "producer_epoch": '),
+        _jint(r.column("producer_epoch")),
+        _rendered([_codes_of(r.column(c)) for c in ("is_transactional", "is_control",
+                                                    "control_type", "compression", "magic",
+                                                    "crc_valid")],
+                  lambda tx, ctl, ctype, codec, magic, crc: (
+                      f', "transactional": {_jvalue(tx)}, "control": {_jvalue(ctl)}, '
+                      f'"control_type": {_jvalue(ctype)}, "compression": {_jvalue(codec)}, '
+                      f'"magic": {_jvalue(magic)}, "crc_valid": {_jvalue(crc)}, "position": ')),
+        _jint(r.column("source_position")),
+        _rendered([_codes_of(d.column("decode_status")), _codes_of(r.column("source"))],
+                  lambda status, source: (f'}}, "decode_status": {_jvalue(status)}, '
+                                          f'"decode_error": null, "file": {_jvalue(source)}}}\n')),
+    ]
+    return pc.binary_join_element_wise(*pieces, _lit(""), null_handling="skip")
+
+
+def _fast_rows(dec: pa.Table, stamps: pa.Array, raw: pa.RecordBatch) -> pa.Array:
+    """Rows the bulk lines stand for: offset commits (types 0/1) that decoded ok or as
+    tombstones without a note, with a timestamp, and every member record_json prints present
+    exactly where their value version has it (a null the bulk join would skip goes to the
+    per-record writer, which prints it as null)."""
+    ver = pc.fill_null(dec.column("value_version"), -1)
+    tomb = pc.fill_null(dec.column("is_tombstone"), False)
+    valid = pc.is_valid
+    value_ok = pc.and_(
+        pc.and_(pc.and_(valid(dec.column("committed_offset")), valid(dec.column("metadata"))),
+                pc.and_(valid(dec.column("commit_timestamp")),
+                        pc.is_in(ver, pa.array([0, 1, 2, 3, 4], pa.int16())))),
+        pc.and_(pc.and_(pc.or_(pc.less(ver, 3), valid(dec.column("leader_epoch"))),
+                        pc.equal(pc.equal(ver, 1), valid(dec.column("expire_timestamp")))),
+                pc.equal(pc.equal(ver, 4), valid(dec.column("topic_id")))))
+    value_absent = pc.and_(
+        pc.and_(pc.is_null(dec.column("committed_offset")), pc.is_null(dec.column("metadata"))),
+        pc.and_(pc.and_(pc.is_null(dec.column("commit_timestamp")),
+                        pc.is_null(dec.column("leader_epoch"))),
+                pc.and_(pc.is_null(dec.column("expire_timestamp")),
+                        pc.is_null(dec.column("topic_id")))))
+    shape = pc.if_else(tomb, value_absent, value_ok)
+    present = [valid(c) for c in (stamps, raw.column("offset"), raw.column("batch_base_offset"),
+                                  raw.column("producer_id"), raw.column("producer_epoch"),
+                                  raw.column("source_position"), dec.column("group_id"),
+                                  dec.column("topic"), dec.column("partition"))]
+    fast = pc.and_(pc.is_in(dec.column("decode_status"), pa.array([OK, TOMBSTONE])),
+                   pc.and_(pc.is_null(dec.column("decode_error")), shape))
+    for p in present:
+        fast = pc.and_(fast, p)
+    return pc.fill_null(pc.and_(fast, pc.is_in(dec.column("record_type"),
+                                               pa.array([0, 1], pa.int16()))), False)
 
 
 def _array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -241,10 +331,7 @@ def json_lines(raw: pa.RecordBatch, lookup: TimestampLookup | None = None
     dec = decode_offset_commits(raw.column("key"), raw.column("value"), is_control=control,
                                 chunk_rows=max(1, raw.num_rows)).combine_chunks()
     stamps = pc.cast(raw.column("timestamp"), pa.int64())
-    fast = pc.and_(pc.is_in(dec.column("decode_status"), pa.array([OK, TOMBSTONE])),
-                   pc.and_(pc.is_null(dec.column("decode_error")), pc.is_valid(stamps)))
-    fast = pc.fill_null(pc.and_(fast, pc.is_in(dec.column("record_type"),
-                                               pa.array([0, 1], pa.int16()))), False)
+    fast = _fast_rows(dec, stamps, raw)
     fast_np = _array(fast).to_numpy(zero_copy_only=False)
     slow_rows = np.flatnonzero(~fast_np)
     statuses: Counter = Counter()
