@@ -119,27 +119,24 @@ def _lit(text: str) -> pa.Scalar:
     return pa.scalar(text, pa.string())
 
 
-def _join(*parts: pa.Array | pa.Scalar) -> pa.Array:
-    return pc.binary_join_element_wise(*parts, _lit(""))
-
-
 def _jint(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Integers as JSON numbers; null stays null (a piece the join skips)."""
     return pc.cast(arr, pa.string())
 
 
-def _jstr(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Strings as ``json.dumps(s, ensure_ascii=False)`` writes them, null staying null:
-    quotes around the rest, ``json.dumps`` itself for the few that need escapes."""
+def _jstr_inner(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Strings as ``json.dumps(s, ensure_ascii=False)`` writes them *without* the enclosing
+    quotes (the neighbouring pieces carry them), null staying null: the string itself, and
+    ``json.dumps`` for the few that need escapes."""
     arr = _array(pc.cast(arr, pa.string()))
-    quoted = _join(_lit('"'), arr, _lit('"'))
     rows = _escaped_rows(arr)
     if len(rows):
-        escaped = [json.dumps(s, ensure_ascii=False) for s in arr.take(pa.array(rows)).to_pylist()]
+        escaped = [json.dumps(s, ensure_ascii=False)[1:-1]
+                   for s in arr.take(pa.array(rows)).to_pylist()]
         mask = np.zeros(len(arr), dtype=bool)
         mask[rows] = True
-        quoted = pc.replace_with_mask(quoted, pa.array(mask), pa.array(escaped, pa.string()))
-    return quoted
+        arr = pc.replace_with_mask(arr, pa.array(mask), pa.array(escaped, pa.string()))
+    return arr
 
 
 def _escaped_rows(arr: pa.Array) -> np.ndarray:
@@ -209,6 +206,7 @@ def _jvalue(value: Any) -> str:
 
 _BATCH = '}}, "batch": {"base_offset": '  # closes the value object, opens the batch
 _VALUE_TAIL = {1: ', "expire_timestamp": ', 4: ', "topic_id": '}
+_NULL = pa.scalar(None, pa.string())
 
 
 def _value_pieces(d: pa.Table, tomb: np.ndarray, ver: np.ndarray) -> list[pa.Array]:
@@ -218,25 +216,28 @@ def _value_pieces(d: pa.Table, tomb: np.ndarray, ver: np.ndarray) -> list[pa.Arr
     topic_id, null for type 1 when the tag is absent, as record_json does). Fields a version
     lacks are null in the decoded columns (json_lines checks it), so they are skipped."""
     version = _Codes(np.where(tomb, 0, np.clip(ver, -1, 98) + 2), ["tomb", None, *range(99)])
+    no_id = _array(pc.fill_null(pc.and_(pc.equal(d.column("record_type"), 1),
+                                        pc.equal(d.column("topic_id"), ZERO_UUID)), False))
+    quoted_id = _flag(np.logical_and(ver == 4, ~no_id.to_numpy(zero_copy_only=False)))
     head = _rendered([version], lambda v: '}}, "value": null' if v == "tomb" else
                      f'}}}}, "value": {{"version": {_jvalue(v)}, "fields": {{"offset": ')
     epoch = np.logical_and(~tomb, ver >= 3)
-    rtype_1 = pc.equal(d.column("record_type"), 1)
-    no_id = pc.fill_null(pc.and_(rtype_1, pc.equal(d.column("topic_id"), ZERO_UUID)), False)
-    topic_id = pc.if_else(no_id, _lit("null"), _join(_lit('"'), d.column("topic_id"), _lit('"')))
     return [
         head, _jint(d.column("committed_offset")),
         _rendered([version], lambda v: None if v == "tomb" else
-                  ', "leader_epoch": ' if v is not None and v >= 3 else ', "metadata": '),
-        pc.if_else(pa.array(epoch), _jint(d.column("leader_epoch")), pa.scalar(None, pa.string())),
-        _rendered([_flag(epoch)], lambda e: ', "metadata": ' if e else None),
-        _jstr(d.column("metadata")),
-        _rendered([_flag(tomb)], lambda t: None if t else ', "commit_timestamp": '),
+                  ', "leader_epoch": ' if v is not None and v >= 3 else ', "metadata": "'),
+        pc.if_else(pa.array(epoch), _jint(d.column("leader_epoch")), _NULL),
+        _rendered([_flag(epoch)], lambda e: ', "metadata": "' if e else None),
+        _jstr_inner(d.column("metadata")),
+        _rendered([_flag(tomb)], lambda t: None if t else '", "commit_timestamp": '),
         _jint(d.column("commit_timestamp")),
-        _rendered([version], lambda v: ', "batch": {"base_offset": ' if v == "tomb" else
+        _rendered([version, quoted_id], lambda v, q: ', "batch": {"base_offset": ' if v == "tomb"
+                  else ', "topic_id": ' + ('"' if q else "null") if v == 4 else
                   _VALUE_TAIL.get(v, _BATCH)),
-        _jint(d.column("expire_timestamp")), topic_id,
-        _rendered([version], lambda v: _BATCH if v in _VALUE_TAIL else None),
+        _jint(d.column("expire_timestamp")),
+        pc.if_else(no_id, _NULL, _jstr_inner(d.column("topic_id"))),
+        _rendered([version, quoted_id], lambda v, q: ('"' if q else "") + _BATCH
+                  if v in _VALUE_TAIL else None),
     ]
 
 
@@ -258,9 +259,9 @@ def _fast_lines(r: pa.RecordBatch, d: pa.Table, stamps: pa.Array) -> pa.Array:
         _jint(r.column("offset")), _lit(', "timestamp": '), _jint(stamps),
         _rendered([ts_names, rtype], lambda ts, t: (
             f', "timestamp_type": {_dumps(ts)}, "key": {{"type": {_jvalue(t)}, "name": '
-            f'{_jvalue(names.get(t))}, "fields": {{"group": ')),
-        _jstr(d.column("group_id")), _lit(', "topic": '), _jstr(d.column("topic")),
-        _lit(', "partition": '), _jint(d.column("partition")),
+            f'{_jvalue(names.get(t))}, "fields": {{"group": "')),
+        _jstr_inner(d.column("group_id")), _lit('", "topic": "'),
+        _jstr_inner(d.column("topic")), _lit('", "partition": '), _jint(d.column("partition")),
         *_value_pieces(d, tomb, ver),
         _jint(r.column("batch_base_offset")), _lit(', "producer_id": '),
         _jint(r.column("producer_id")), _lit(', "producer_epoch": '),
