@@ -10,16 +10,28 @@ times: wall and CPU time of the whole batch (history + state + audit, no Spark: 
 share of a micro-batch) and of each state table's MERGE. Goal: the batch <= 3 s.
 
 Usage: ``python benchmarks/state_merge.py [--groups N] [--partitions N] [--batch N]
-[--touched N] [--repeat N] [--work DIR]`` (``--work`` keeps the base lake between runs).
+[--touched N] [--repeat N] [--work DIR] [--baseline DIR]`` (``--work`` keeps the base lake
+between runs). ``--baseline /tmp/before`` runs a baseline checkout and this one alternately,
+each run a fresh process importing its checkout's ``pipelines`` with its own base lake, and
+prints both side by side (best of ``--repeat``, wall and CPU).
+
+Measured (2 cores, shared and loaded: CPU is the steadier figure), ``--baseline`` the state
+before issue 9's third wave, 1M keys / 100k groups, 100k records touching 10k keys:
+see the README's benchmark table and the commit messages of pipelines/state/audit.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
+import os
 import random
 import shutil
 import struct
+import subprocess
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -127,7 +139,8 @@ def build_base(work: Path, groups: int, partitions: int) -> tuple[Path, dict[int
 
 
 def incremental(work: Path, base: Path, ends: dict[int, int], groups: int, partitions: int,
-                batch: int, touched: int, repeat: int, seed: int) -> None:
+                batch: int, touched: int, repeat: int, seed: int, quiet: bool = False
+                ) -> dict[str, list[tuple[float, float]]]:
     rng = random.Random(seed)
     touched_groups = rng.sample(range(groups), max(1, touched // partitions))
     keys = [(f"group-{g:06d}", p) for g in touched_groups for p in range(partitions)]
@@ -145,11 +158,40 @@ def incremental(work: Path, base: Path, ends: dict[int, int], groups: int, parti
                                                   first_batch_id=1, max_records_per_batch=batch * 2)
             timings["whole incremental batch"].append((time.perf_counter() - w,
                                                       time.process_time() - c))
-        if i == 0:
+        if i == 0 and not quiet:
             print(f"incremental batch: {report.records:,} records touching {len(keys):,} keys "
                   f"({len(touched_groups):,} groups); rows written {dict(report.rows)}")
-    for name, results in sorted(timings.items(), key=lambda kv: -min(w for w, _ in kv[1])):
-        print(f"  {name:<40} {_best(results)}")
+    if not quiet:
+        for name, results in sorted(timings.items(), key=lambda kv: -min(w for w, _ in kv[1])):
+            print(f"  {name:<40} {_best(results)}")
+    return timings
+
+
+def side_by_side(args: argparse.Namespace, work: Path) -> None:
+    """Baseline and current checkouts alternately, one fresh process per run; best of N each."""
+    checkouts = {"baseline": args.baseline.resolve(), "current": Path(__file__).resolve().parents[1]}
+    runs: dict[str, dict[str, list[list[float]]]] = {k: {} for k in checkouts}
+    for i in range(args.repeat):
+        for label, root in checkouts.items():
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--work", str(work / label),
+                   "--repeat", "1", *(f"--{k}={getattr(args, k)}" for k in
+                                      ("groups", "partitions", "batch", "touched", "seed"))]
+            env = {**os.environ, "PYTHONPATH": str(root)}
+            out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+            result = json.loads(out.strip().splitlines()[-1])
+            if i == 0:
+                print(f"{label}: pipelines from {result['pipelines']}")
+            for name, values in result["timings"].items():
+                runs[label].setdefault(name, []).extend(values)
+    names = sorted(runs["current"], key=lambda n: -min(w for w, _ in runs["current"][n]))
+    print(f"\n{'':40} {'baseline wall / CPU':>22} {'current wall / CPU':>22}  (best of {args.repeat})")
+    for name in names:
+        cells = []
+        for label in checkouts:
+            got = runs[label].get(name)
+            cells.append(f"{min(w for w, _ in got):8.2f} / {min(c for _, c in got):6.2f} s" if got else
+                         f"{'-':>22}")
+        print(f"  {name:<38} {cells[0]:>22} {cells[1]:>22}")
 
 
 def main() -> None:
@@ -161,11 +203,25 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=9)
     parser.add_argument("--work", type=Path, help="keep the base lake here between runs")
+    parser.add_argument("--baseline", type=Path, help="a checkout to run alternately (e.g. /tmp/before)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
+        if args.baseline:
+            side_by_side(args, work)
+            return
+        if args.worker:  # one run for side_by_side: its figures as the last line, JSON
+            import pipelines
+
+            with contextlib.redirect_stdout(sys.stderr):
+                base, ends = build_base(work, args.groups, args.partitions)
+                timings = incremental(work, base, ends, args.groups, args.partitions, args.batch,
+                                      args.touched, args.repeat, args.seed, quiet=True)
+            print(json.dumps({"pipelines": str(Path(pipelines.__file__).parent), "timings": timings}))
+            return
         base, ends = build_base(work, args.groups, args.partitions)
         incremental(work, base, ends, args.groups, args.partitions, args.batch, args.touched,
                     args.repeat, args.seed)

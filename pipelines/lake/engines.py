@@ -52,6 +52,12 @@ class DeltaEngine(Protocol):
 
     def read(self, table: str, columns: list[str] | None = None, filter_expr=None) -> pa.Table: ...
 
+    def read_own_batch(self, table: str, app_id: str, version: int, columns: list[str] | None = None,
+                       filter_expr=None) -> pa.Table | None:
+        """Rows of batch ``version`` of ``app_id`` in ``table`` read from the data files this
+        engine itself committed for it (no scan of the table); None when it did not commit
+        them (a replay after a restart, another engine): the caller reads the table."""
+
     def overwrite(self, contract: TableContract, data: pa.Table) -> None: ...
 
 
@@ -77,6 +83,8 @@ class DeltaRsEngine:
         # a micro-batch asks "committed?" and then writes, per table. Tables are never
         # dropped, so a table seen to exist is not probed again.
         self._tables: dict[str, object] = {}
+        # per table, the last batch committed through commit_files: (app_id, version, files)
+        self._own_batch: dict[str, tuple[str, int, tuple[str, ...]]] = {}
 
     def path(self, table: str) -> str:
         return self.location.join(table)
@@ -157,7 +165,32 @@ class DeltaRsEngine:
         self._table(contract.name).create_write_transaction(
             actions, mode="append", schema=contract.arrow_schema,
             commit_properties=self._commit(app_id, version))
+        self._own_batch[contract.name] = (app_id, version, tuple(f.path for f in files))
         return True
+
+    def read_own_batch(self, table: str, app_id: str, version: int, columns: list[str] | None = None,
+                       filter_expr=None) -> pa.Table | None:
+        """The rows :meth:`commit_files` committed as ``(app_id, version)`` in this process,
+        read from those files only: a batch's own history without scanning the whole table
+        (whose per-file statistics cannot single it out). None when this engine did not
+        commit the batch, or a file is gone (vacuumed after a rewrite): read the table."""
+        import pyarrow.dataset as ds
+
+        from pipelines.lake.contracts import contract
+
+        own = self._own_batch.get(table)
+        if own is None or own[:2] != (app_id, version) or self._table(table).metadata().partition_columns:
+            return None
+        if isinstance(filter_expr, KeyFilter):
+            filter_expr = filter_expr.to_arrow()
+        fs = self.location.filesystem()
+        paths = [self.location.fs_path(self.location.join(table, p)) for p in own[2]]
+        try:
+            dataset = ds.dataset(paths, schema=contract(table).arrow_schema, format="parquet", filesystem=fs)
+            return dataset.to_table(columns=columns, filter=filter_expr)
+        except (FileNotFoundError, OSError):
+            log.info("%s: batch %d of %s no longer in its own files, reading the table", table, version, app_id)
+            return None
 
     def _check_visible(self, table: str, files: list[DataFile]) -> None:
         """Refuse to commit a file the driver cannot see with the size the task wrote: a
@@ -182,8 +215,11 @@ class DeltaRsEngine:
         source = contract.conform(changes, contract.change_schema).append_column(OP, changes.column(OP))
         (
             self._table(contract.name)
+            # streamed_exec=False: the change set is small and in memory, and only then does
+            # delta-rs derive a target predicate from it and skip the files it cannot match
             .merge(source, _key_predicate(contract.key), source_alias="s", target_alias="t",
-                   commit_properties=self._commit(app_id, version), writer_properties=self._writer())
+                   streamed_exec=False, commit_properties=self._commit(app_id, version),
+                   writer_properties=self._writer())
             .when_matched_delete(f"s.{OP} = 'delete'")
             .when_matched_update_all(f"s.{OP} = 'upsert'", except_cols=[OP])
             .when_not_matched_insert_all(f"s.{OP} = 'upsert'", except_cols=[OP])
@@ -309,6 +345,10 @@ class SparkDeltaEngine:
              .whenNotMatchedInsert(f"s.{OP} = 'upsert'", values=cols)
              .execute())
         return True
+
+    def read_own_batch(self, table: str, app_id: str, version: int, columns: list[str] | None = None,
+                       filter_expr=None) -> pa.Table | None:
+        return None  # history is written by the executors' Delta writer: no file list here
 
     def read(self, table: str, columns: list[str] | None = None, filter_expr=None) -> pa.Table:
         """Rows of ``table``; a :class:`~pipelines.lake.keys.KeyFilter` is pushed into the

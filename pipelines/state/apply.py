@@ -79,7 +79,7 @@ def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
         return changed
 
     records = _latest_records(engine, touched)
-    with_offsets = _groups_with_offsets(engine, touched)
+    with_offsets = _groups_with_offsets(engine, touched, oc_changes)
     group_rows, member_rows, group_delete = [], [], []
     for cluster_id, group_id in sorted(touched):
         mine = {i: n for (c, i), n in names.items() if c == cluster_id}
@@ -190,11 +190,22 @@ def _latest_group_record_changes(batch: StateInput, now: datetime) -> pa.Table:
     return table.append_column(OP, pa.array(["upsert"] * table.num_rows, pa.string()))
 
 
-def _groups_with_offsets(engine: DeltaEngine, groups: set[tuple[str, str]]) -> set[tuple[str, str]]:
-    """The groups (of ``groups``) holding at least one live committed offset."""
-    table = engine.read("committed_offsets", ["cluster_id", "group_id"], _group_filter(groups))
-    return set(zip(table.column("cluster_id").to_pylist(), table.column("group_id").to_pylist(),
+def _groups_with_offsets(engine: DeltaEngine, groups: set[tuple[str, str]],
+                         oc_changes: pa.Table) -> set[tuple[str, str]]:
+    """The groups (of ``groups``) holding at least one live committed offset.
+
+    A group this batch upserts an offset of holds that offset now (the change set has one
+    row per key, merged before this is asked): only the other groups are looked up in
+    ``committed_offsets``, so a batch of commits does not scan the million-key table."""
+    upserts = oc_changes.filter(pc.equal(oc_changes.column(OP), "upsert"))
+    live = set(zip(upserts.column("cluster_id").to_pylist(), upserts.column("group_id").to_pylist(),
                    strict=True)) & groups
+    rest = groups - live
+    if not rest:
+        return live
+    table = engine.read("committed_offsets", ["cluster_id", "group_id"], _group_filter(rest))
+    return live | (set(zip(table.column("cluster_id").to_pylist(), table.column("group_id").to_pylist(),
+                           strict=True)) & rest)
 
 
 def _latest_records(engine: DeltaEngine, groups: set[tuple[str, str]],

@@ -95,13 +95,27 @@ class PositionRanges(KeyFilter):
         return expr
 
 
-def batch_commits(engine: DeltaEngine, batch: StateInput) -> pa.Table:
+def batch_commits(engine: DeltaEngine, batch: StateInput, app_id: str | None = None,
+                  batch_id: int | None = None) -> pa.Table:
     """Every offset-commit row of this batch, read back from the ``offset_commits`` history
-    (the driver holds only the batch's state rows), in log order, one row per position."""
+    (the driver holds only the batch's state rows), in log order, one row per position.
+
+    Why two ways: the batch's positions interleave with every other batch's in the files'
+    statistics (partitions grow at their own pace), so a read of the table by position
+    ranges scans the whole history. When this engine committed the batch's files itself
+    (the usual case: ``app_id``/``batch_id`` given), they are read alone: they hold every
+    position of the ranges (a batch reads each partition's log range contiguously; other
+    copies of a position carry the same commit); otherwise (a replay after a restart, the
+    backfill's ranges, delta-spark) the table is read by the ranges."""
     ranges = batch.commit_ranges
     if ranges is None or ranges.num_rows == 0:
         return contract("offset_commits").arrow_schema.empty_table().select(_COMMIT_COLUMNS)
-    table = engine.read("offset_commits", _COMMIT_COLUMNS, PositionRanges.of_ranges(ranges))
+    where = PositionRanges.of_ranges(ranges)
+    table = None
+    if app_id is not None and batch_id is not None:
+        table = engine.read_own_batch("offset_commits", app_id, batch_id, _COMMIT_COLUMNS, where)
+    if table is None:
+        table = engine.read("offset_commits", _COMMIT_COLUMNS, where)
     return _dedupe_positions(table)
 
 
@@ -127,11 +141,12 @@ def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     if batch.commit_ranges is None or engine.committed(CURSOR, app_id, batch_id):
         return {}
     ensure_tables(engine)
-    commits = batch_commits(engine, batch)
+    commits = batch_commits(engine, batch, app_id, batch_id)
     events = [(g.cluster_id, g.group_id, g.record) for g in batch.group_records
               if g.record.record_type in GROUP_RECORD_TYPES]
-    groups = {(c, g) for c, g in zip(commits.column("cluster_id").to_pylist(),
-                                     commits.column("group_id").to_pylist(), strict=True)}
+    pairs = commits.select(["cluster_id", "group_id"]).group_by(["cluster_id", "group_id"],
+                                                                use_threads=False).aggregate([])
+    groups = set(zip(pairs.column("cluster_id").to_pylist(), pairs.column("group_id").to_pylist(), strict=True))
     groups |= {(c, g) for c, g, _ in events}
     if not groups:
         return {}

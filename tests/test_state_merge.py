@@ -1,0 +1,149 @@
+"""The state step's cost follows the batch: the audit reads the batch's own history files,
+and a MERGE skips the state files its changed keys cannot be in (issue 9, benchmark (c)).
+
+Why these tests: both are speed-ups that must not change what is computed. The audit's
+read of its own files is checked against the old read of the whole table by position
+ranges (kept as the oracle: ``DeltaRsEngine.read`` with the same filter) on every batch of
+data the project generates, and of golden scenario-a when ../shared is there; the MERGE's
+file skipping is checked in the Delta log (files removed) and by the rows it leaves.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from pipelines.ingest import ingest_segments_local
+from pipelines.lake.contracts import contract
+from pipelines.lake.engines import DeltaRsEngine
+from pipelines.lake.files import write_data_file
+from pipelines.model import OP
+from pipelines.state.audit import PositionRanges
+from tests.conftest import corpus_path, table_rows
+from tests.support.generated import generated_scenario
+from tests.test_ingest import ALL_TABLES
+
+_ORDER = [("cluster_id", "ascending"), ("offsets_partition", "ascending"), ("offset", "ascending")]
+
+
+class OracleEngine(DeltaRsEngine):
+    """delta-rs whose every read of a batch's own files is compared, on the spot, with the
+    read of the whole table by the same filter (the code path it replaces)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.own_reads = 0
+
+    def read_own_batch(self, table, app_id, version, columns=None, filter_expr=None):
+        own = super().read_own_batch(table, app_id, version, columns, filter_expr)
+        if own is not None:
+            self.own_reads += 1
+            whole = self.read(table, columns, filter_expr)
+            assert own.num_rows > 0
+            assert own.sort_by(_ORDER).to_pylist() == whole.sort_by(_ORDER).to_pylist()
+        return own
+
+
+def _scenario(name: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if name == "scenario-a":
+        return corpus_path("golden", "scenario-a")  # skips with the reason when ../shared is absent
+    return generated_scenario(tmp_path_factory.mktemp("generated"))
+
+
+@pytest.mark.parametrize("name", ["generated", "scenario-a"])
+def test_audit_reads_its_own_batch_files_and_they_equal_the_table_read(
+        name: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    data = _scenario(name, tmp_path_factory)
+    lake, oracle_lake = tmp_path / "lake", tmp_path / "plain"
+    engine = OracleEngine(lake)
+    report = ingest_segments_local(data / "segments", lake, engine=engine, max_records_per_batch=1)
+    assert report.batches > 1
+    # every batch with offset commits took the own-files path (and matched the oracle)
+    assert engine.own_reads >= report.batches - 1 > 0
+    # a lake written through the table reads (a fresh engine per batch: nothing of its own)
+    ingest_segments_local(data / "segments", oracle_lake, engine=_ForgetfulEngine(oracle_lake),
+                          max_records_per_batch=1)
+    for table in ALL_TABLES:
+        assert table_rows(lake, table) == table_rows(oracle_lake, table), table
+
+
+class _ForgetfulEngine(DeltaRsEngine):
+    """delta-rs that never reads a batch from its own files (the code path before issue 9)."""
+
+    def read_own_batch(self, *args, **kwargs):
+        return None
+
+
+def _commits(n: int, partition: int, start: int) -> pa.Table:
+    spec = contract("offset_commits")
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    return spec.conform(pa.table({
+        "cluster_id": ["c"] * n, "group_id": [f"g{i % 3}" for i in range(n)], "topic": ["t"] * n,
+        "partition": pa.array([0] * n, pa.int32()), "committed_offset": pa.array(range(n), pa.int64()),
+        "leader_epoch": pa.array([-1] * n, pa.int32()), "metadata": [""] * n,
+        "record_type": pa.array([1] * n, pa.int16()), "is_tombstone": [False] * n,
+        "offsets_partition": pa.array([partition] * n, pa.int32()),
+        "offset": pa.array(range(start, start + n), pa.int64()), "ingested_at": [now] * n}))
+
+
+def test_own_batch_read_only_for_the_batch_this_engine_committed(tmp_path: Path) -> None:
+    spec = contract("offset_commits")
+    engine = DeltaRsEngine(tmp_path)
+    first = write_data_file(tmp_path / "offset_commits", _commits(5, 0, 0))
+    assert engine.commit_files(spec, [first], "app", 0)
+    second = write_data_file(tmp_path / "offset_commits", _commits(4, 0, 5))
+    assert engine.commit_files(spec, [second], "app", 1)
+    got = engine.read_own_batch("offset_commits", "app", 1, ["offset"])
+    assert got.column("offset").to_pylist() == [5, 6, 7, 8]
+    ranges = pa.table({"cluster_id": ["c"], "offsets_partition": pa.array([0], pa.int32()),
+                       "min_offset": pa.array([6], pa.int64()), "max_offset": pa.array([7], pa.int64())})
+    got = engine.read_own_batch("offset_commits", "app", 1, ["offset"], PositionRanges.of_ranges(ranges))
+    assert got.column("offset").to_pylist() == [6, 7]
+    # an earlier batch, another app, another engine (a restart): read the table instead
+    assert engine.read_own_batch("offset_commits", "app", 0) is None
+    assert engine.read_own_batch("offset_commits", "other", 1) is None
+    assert DeltaRsEngine(tmp_path).read_own_batch("offset_commits", "app", 1) is None
+    # a replayed commit is skipped and does not become "its own"
+    third = write_data_file(tmp_path / "offset_commits", _commits(2, 0, 9))
+    assert not engine.commit_files(spec, [third], "app", 1)
+    assert engine.read_own_batch("offset_commits", "app", 1, ["offset"]).num_rows == 4
+    # the file gone (vacuumed after a rewrite): read the table instead
+    (tmp_path / "offset_commits" / second.path).unlink()
+    assert engine.read_own_batch("offset_commits", "app", 1) is None
+
+
+def _offset_rows(groups: list[str], value: int) -> pa.Table:
+    n = len(groups)
+    return pa.table({
+        "cluster_id": ["c"] * n, "group_id": groups, "topic": ["t"] * n,
+        "partition": pa.array([0] * n, pa.int32()), "committed_offset": pa.array([value] * n, pa.int64()),
+        "leader_epoch": pa.array([-1] * n, pa.int32()), "metadata": [""] * n,
+        "value_version": pa.array([3] * n, pa.int16()), "offsets_partition": pa.array([0] * n, pa.int32()),
+        "offset": pa.array([value] * n, pa.int64()),
+        "updated_at": [datetime(2026, 1, 1, tzinfo=timezone.utc)] * n,
+        OP: ["upsert"] * n})
+
+
+def test_merge_rewrites_only_the_files_its_keys_can_be_in(tmp_path: Path) -> None:
+    spec = contract("committed_offsets")
+    engine = DeltaRsEngine(tmp_path)
+    # four files, each one key range of groups (the batches that inserted them)
+    for i in range(4):
+        engine.merge(spec, _offset_rows([f"g{i}-{j:03d}" for j in range(100)], 1), "app", i)
+    assert len(DeltaTable(str(tmp_path / "committed_offsets")).file_uris()) == 4
+    changes = _offset_rows(["g2-005", "g2-050"], 7)
+    changes = pa.concat_tables([changes, _offset_rows(["g2-999"], 8)])
+    deletes = _offset_rows(["g2-010"], 0)
+    deletes = deletes.set_column(deletes.schema.get_field_index(OP), OP, pa.array(["delete"]))
+    assert engine.merge(spec, pa.concat_tables([changes, deletes]), "app", 4)
+    metrics = DeltaTable(str(tmp_path / "committed_offsets")).history(1)[0]["operationMetrics"]
+    assert metrics["num_target_files_removed"] == 1
+    assert metrics["num_target_files_skipped_during_scan"] == 3
+    rows = {r["group_id"]: r["committed_offset"] for r in engine.read("committed_offsets").to_pylist()}
+    assert len(rows) == 400 and "g2-010" not in rows
+    assert rows["g2-005"] == rows["g2-050"] == 7 and rows["g2-999"] == 8
+    assert all(v == 1 for g, v in rows.items() if g not in ("g2-005", "g2-050", "g2-999"))
