@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -195,33 +197,99 @@ def _owner_label(r: dict[str, Any]) -> str:
     return f"({r.get('attribution') or 'unknown'})"
 
 
-def _attributed_commits(group_id: str, slug: str, rows: list[dict[str, Any]],
-                        table_exists: bool) -> str:
+@dataclass
+class AttributedCommits:
+    """One group's attributed commits, counted: what its chart and table show. ``first`` is
+    None when no commit has a time; ``counts`` is owner label -> time bucket -> commits."""
+
+    rows: int
+    first: datetime | None = None
+    bucket_ms: int = 1
+    counts: dict[str, dict[int, int]] = field(default_factory=lambda: defaultdict(
+        lambda: defaultdict(int)))
+    per_label: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+_OWNER_KEYS = ("attribution", "client_id", "member_id", "group_instance_id")
+
+
+def _column(table: pa.Table, name: str, kind: pa.DataType) -> pa.ChunkedArray:
+    """A column of ``table``, or nulls where its lake has no such column (an older lake)."""
+    if name in table.schema.names:
+        return table.column(name).cast(kind)
+    return pa.chunked_array([pa.nulls(table.num_rows, kind)])
+
+
+def _spans(group_ids: pa.ChunkedArray, ts: pa.ChunkedArray) -> dict[str, AttributedCommits]:
+    """Each group's row count, first commit time and bucket width (as the chart defines them)."""
+    spans = pa.table({"g": group_ids, "ts": ts}).group_by("g").aggregate(
+        [("ts", "min"), ("ts", "max"), ([], "count_all")])
+    out = {}
+    for r in spans.to_pylist():
+        first, last = r["ts_min"], r["ts_max"]
+        summary = AttributedCommits(r["count_all"])
+        if first is not None:
+            span_ms = max(1, int((last - first).total_seconds() * 1000))
+            summary.first, summary.bucket_ms = first, max(1, -(-span_ms // COMMIT_BUCKETS))
+        out[r["g"]] = summary
+    return out
+
+
+def attribution_summary(table: pa.Table | None) -> dict[str, AttributedCommits]:
+    """Every group's attributed commits counted per owner and time bucket.
+
+    Why in Arrow: the table has a row per commit (millions in a long history). The rows are
+    grouped by (group, owner columns, bucket) in Arrow, and only those few rows are folded
+    here, into the same numbers the row-by-row count gave: the bucket is computed with the
+    same float arithmetic (``int(seconds * 1000) // bucket_ms``), and an owner's host and
+    attribution are its first row's (Arrow groups in order of first appearance).
+    """
+    if table is None or not table.num_rows:
+        return {}
+    us = pa.timestamp("us", "UTC")
+    group_ids = table.column("group_id").cast(pa.string())
+    ts = pc.coalesce(table.column("record_timestamp").cast(us), _column(table, "commit_timestamp", us))
+    summaries = _spans(group_ids, ts)
+    names = [g for g, s in summaries.items() if s.first is not None]
+    if not names:
+        return summaries
+    row_group = pc.index_in(group_ids, value_set=pa.array(names, pa.string()))
+    first = pc.take(pa.array([summaries[g].first for g in names], us), row_group)
+    width = pc.take(pa.array([summaries[g].bucket_ms for g in names], pa.int64()), row_group)
+    filled = pc.coalesce(ts, first)
+    delta_us = pc.fill_null(pc.subtract(filled.cast(pa.int64()), first.cast(pa.int64())), 0)
+    width = pc.fill_null(width, 1).to_numpy(zero_copy_only=False)  # nulls: rows dropped below
+    bucket = (delta_us.to_numpy(zero_copy_only=False) / 1e6 * 1000).astype(np.int64) // width
+    rows = pa.table({"g": group_ids, **{k: _column(table, k, pa.string()) for k in _OWNER_KEYS},
+                     "bucket": bucket, "ts": filled,
+                     "host": _column(table, "client_host", pa.string())}).filter(pc.is_valid(row_group))
+    grouped = rows.group_by(["g", *_OWNER_KEYS, "bucket"], use_threads=False).aggregate(
+        [([], "count_all"), ("ts", "min"), ("ts", "max"),
+         ("host", "first", pc.ScalarAggregateOptions(skip_nulls=False))])
+    for r in grouped.to_pylist():
+        summary, label, n = summaries[r["g"]], _owner_label(r), r["count_all"]
+        summary.counts[label][r["bucket"]] += n
+        info = summary.per_label.setdefault(label, {
+            "n": 0, "first": r["ts_min"], "last": r["ts_max"], "attribution": r["attribution"],
+            "host": r["host_first"], "members": set()})
+        info["n"] += n
+        info["first"], info["last"] = min(info["first"], r["ts_min"]), max(info["last"], r["ts_max"])
+        if r["member_id"]:
+            info["members"].add(r["member_id"])
+    return summaries
+
+
+def attributed_commits_html(group_id: str, slug: str, summary: AttributedCommits | None,
+                            table_exists: bool) -> str:
+    """The group's commits by owner over time (stacked bars) and the owners' table."""
     if not table_exists:
         return _not_available("commit_attribution", "Commits attributed to members")
-    if not rows:
+    if summary is None or not summary.rows:
         return html_note("No attributed commits for this group.")
-    for r in rows:  # the record's time; the broker's commit time where a row has none
-        r["record_timestamp"] = r["record_timestamp"] or r.get("commit_timestamp")
-    times = [r["record_timestamp"] for r in rows if r["record_timestamp"] is not None]
-    if not times:
-        return html_note(f"{len(rows):,} attributed commits, none with a timestamp to plot.")
-    first, last = min(times), max(times)
-    span_ms = max(1, int((last - first).total_seconds() * 1000))
-    bucket_ms = max(1, -(-span_ms // COMMIT_BUCKETS))
-    counts: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    per_label: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        label = _owner_label(r)
-        ts = r["record_timestamp"] or first
-        counts[label][int((ts - first).total_seconds() * 1000) // bucket_ms] += 1
-        info = per_label.setdefault(label, {"n": 0, "first": ts, "last": ts, "attribution":
-                                            r.get("attribution"), "host": r.get("client_host"),
-                                            "members": set()})
-        info["n"] += 1
-        info["first"], info["last"] = min(info["first"], ts), max(info["last"], ts)
-        if r.get("member_id"):
-            info["members"].add(r["member_id"])
+    if summary.first is None:
+        return html_note(f"{summary.rows:,} attributed commits, none with a timestamp to plot.")
+    first, bucket_ms, counts, per_label = (summary.first, summary.bucket_ms, summary.counts,
+                                           summary.per_label)
     fig = go.Figure()
     labels = sorted(per_label, key=lambda k: (k.startswith("("), -per_label[k]["n"], k))
     for i, label in enumerate(labels):
@@ -317,7 +385,8 @@ def group_pages(con: Any, lake: str | LakeLocation, group: str | None) -> str:
         "client_host", "group_instance_id"])
     anomalies = read_group_rows(lake, "offset_anomalies", groups)
     has_time_lag = lag is not None and "time_lag_ms" in lag.schema.names
-    lag_rows, attr_rows, anomaly_rows = _by_group(lag), _by_group(attribution), _by_group(anomalies)
+    lag_rows, anomaly_rows = _by_group(lag), _by_group(anomalies)
+    attr_rows = attribution_summary(attribution)
 
     pages, index = [], []
     for i, gid in enumerate(groups):
@@ -331,7 +400,7 @@ def group_pages(con: Any, lake: str | LakeLocation, group: str | None) -> str:
             + "<h4>Offset and time lag over snapshots</h4>"
             + _lag_over_snapshots(gid, slug, lag_rows.get(gid, []), has_time_lag, lag is not None)
             + "<h4>Commits attributed to members over time</h4>"
-            + _attributed_commits(gid, slug, attr_rows.get(gid, []), attribution is not None)
+            + attributed_commits_html(gid, slug, attr_rows.get(gid), attribution is not None)
             + "<h4>Anomalies on the timeline</h4>"
             + _anomalies(gid, slug, anomaly_rows.get(gid, []), anomalies is not None)
             + "</div>")
@@ -341,4 +410,5 @@ def group_pages(con: Any, lake: str | LakeLocation, group: str | None) -> str:
     return (more + f'<p class="group-index">{" · ".join(index)}</p>' + "".join(pages))
 
 
-__all__ = ["MAX_GROUP_PAGES", "group_pages", "read_group_rows"]
+__all__ = ["MAX_GROUP_PAGES", "AttributedCommits", "attributed_commits_html", "attribution_summary",
+           "group_pages", "read_group_rows"]

@@ -96,6 +96,25 @@ def summary_section(con: Any, lake: Path, group: str | None) -> tuple[str, dict[
     return body, info
 
 
+#: The last commit of each partition in each time bucket: one hash aggregate (arg_max by log
+#: position) instead of a window over every commit, which sorted the whole history. One
+#: struct so time and offset come from the same row, and a tombstone's NULL offset is kept
+#: (arg_max skips NULL arguments; the struct is never NULL).
+OFFSET_SERIES_SQL = """
+    WITH last_in_bucket AS (
+        SELECT group_id, topic, partition,
+               arg_max({'t': COALESCE(record_timestamp, commit_timestamp),
+                        'committed': CASE WHEN is_tombstone THEN NULL ELSE committed_offset END},
+                       "offset") AS lb
+        FROM offset_commits
+        WHERE list_contains($groups, group_id)
+        GROUP BY group_id, topic, partition,
+                 CAST(epoch_ms(COALESCE(record_timestamp, commit_timestamp)) // $bucket AS BIGINT)
+    )
+    SELECT group_id, topic, partition, lb.t AS t, lb.committed AS committed
+    FROM last_in_bucket ORDER BY group_id, topic, partition, t"""
+
+
 @dataclass
 class _OffsetSeries:
     """What the offsets plot draws, keyed for the traces: commits per (group, topic,
@@ -147,21 +166,7 @@ def offsets_section(con: Any, group: str | None, first: datetime | None, last: d
 def _offset_series(con: Any, groups: list[str], bucket: int) -> _OffsetSeries:
     """The last commit of each partition in each time bucket (a tombstone ends the line),
     the snapshots' end offsets and the groups' lag at each snapshot."""
-    series = query_rows(con, """
-        WITH c AS (
-            SELECT c.group_id, c.topic, c.partition, c.offset AS log_offset,
-                   COALESCE(c.record_timestamp, c.commit_timestamp) AS t,
-                   CASE WHEN c.is_tombstone THEN NULL ELSE c.committed_offset END AS committed
-            FROM offset_commits c
-            WHERE list_contains($groups, c.group_id)
-        ), ranked AS (
-            SELECT *, ROW_NUMBER() OVER (
-                PARTITION BY group_id, topic, partition, CAST(epoch_ms(t) // $bucket AS BIGINT)
-                ORDER BY log_offset DESC) AS rn
-            FROM c
-        )
-        SELECT group_id, topic, partition, t, committed FROM ranked WHERE rn = 1
-        ORDER BY group_id, topic, partition, t""", groups=groups, bucket=bucket)
+    series = query_rows(con, OFFSET_SERIES_SQL, groups=groups, bucket=bucket)
     ends = query_rows(con, """
         SELECT topic, partition, captured_at, log_end_offset FROM snapshot_log_end_offsets
         WHERE log_end_offset IS NOT NULL ORDER BY captured_at""")
