@@ -25,7 +25,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UserError("report renders locally with DuckDB over delta-rs reads and cannot use "
                         "--delta-engine spark; the lake reads the same with either engine: run "
                         "report with --delta-engine delta-rs")
-    path = write_report(lake_from(args), Path(args.out), group=args.group)
+    if args.since is not None:
+        from pipelines.report.window import parse_since
+
+        try:
+            parse_since(args.since, None)  # the format only; a duration counts from the lake's end
+        except (TypeError, ValueError, OverflowError):
+            raise UserError(f"--since {args.since!r} is neither a timestamp (ISO 8601, UTC unless "
+                            "it has an offset, or epoch milliseconds) nor a duration such as 90m, "
+                            "24h, 7d") from None
+    path = write_report(lake_from(args), Path(args.out), group=args.group, since=args.since)
     print(path)
     return 0
 
@@ -66,6 +75,11 @@ def add_report_parsers(sub: argparse._SubParsersAction) -> None:
     add_lake_args(p)
     p.add_argument("--group", default=None, help="only this group")
     p.add_argument("--out", default="offsetlake-report.html", help="output file")
+    p.add_argument("--since", default=None, metavar="TIMESTAMP|DURATION",
+                   help="plot only the history from then on, so a scheduled report costs what "
+                        "the recent history costs: an instant (ISO 8601 or epoch ms) or a "
+                        "duration before the newest record (90m, 24h, 7d); counts, lag and "
+                        "reconciliation still cover the whole lake (default: all history)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("state", help="offsets and group states as of a wall-clock instant",

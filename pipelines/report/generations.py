@@ -42,9 +42,11 @@ _GENERATION_EVENTS = {"group created", "rebalance", "group empty", "member repla
 
 
 
-def generations_section(lake: Path, group: str | None, last: datetime | None) -> str:
-    """Generation spans per group, rebalance events on top, and the KIP-70 risk rows."""
-    rows = _timeline_rows(lake, group)
+def generations_section(lake: Path, group: str | None, last: datetime | None,
+                        since: datetime | None = None) -> str:
+    """Generation spans per group, rebalance events on top, and the KIP-70 risk rows (with a
+    history window: the records from ``since`` on, the ownerships that ended since)."""
+    rows = _timeline_rows(lake, group, since)
     if not rows:
         return html_note("No group records (GroupMetadata or KIP-848 records) in the lake" +
                          (f" for group {esc(group)}." if group else "."))
@@ -102,11 +104,11 @@ def generations_section(lake: Path, group: str | None, last: datetime | None) ->
                       yaxis={"categoryorder": "array", "categoryarray": groups[::-1],
                              "automargin": True},
                       legend={"orientation": "h", "y": -0.12 if len(groups) > 6 else -0.3})
-    return figure_div(fig, "plot-generations") + shown + _risk_table(lake, group)
+    return figure_div(fig, "plot-generations") + shown + _risk_table(lake, group, since)
 
 
-def _timeline_rows(lake: Path, group: str | None) -> list[dict[str, Any]]:
-    table = run_duckdb(lake, "rebalance_timeline", group_id=group)
+def _timeline_rows(lake: Path, group: str | None, since: datetime | None) -> list[dict[str, Any]]:
+    table = run_duckdb(lake, "rebalance_timeline", group_id=group, since=since)
     return table.to_pylist()
 
 
@@ -123,8 +125,8 @@ def _event_hover(r: dict[str, Any]) -> str:
     return "<br>".join(lines)
 
 
-def _risk_table(lake: Path, group: str | None) -> str:
-    risk = run_duckdb(lake, "revoked_without_commit", group_id=group).to_pylist()
+def _risk_table(lake: Path, group: str | None, since: datetime | None) -> str:
+    risk = run_duckdb(lake, "revoked_without_commit", group_id=group, since=since).to_pylist()
     if not risk:
         return html_note("No partition was revoked without a commit during its ownership.")
     counts: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -43,6 +43,7 @@ from pipelines.report.render import (
     query_rows,
     short_member,
 )
+from pipelines.report.window import filter_window, fresh_files
 
 #: Groups with a page in a whole-lake report (the busiest by commits); --group gives one.
 MAX_GROUP_PAGES = 20
@@ -60,13 +61,16 @@ def _slug(group_id: str, index: int) -> str:
 
 
 def read_group_rows(lake: str | LakeLocation, table: str, groups: list[str],
-                    columns: list[str] | None = None) -> pa.Table | None:
+                    columns: list[str] | None = None, since: datetime | None = None
+                    ) -> pa.Table | None:
     """Rows of ``groups`` in lake table ``table`` with the table's *own* columns (not the
     contract's; of ``columns``, those it has), or None when the lake has no such table
     (written by an older offsetlake).
 
     Filtered in memory, not pushed into the scan: the files' statistics are string_view
     here, and pyarrow's pruning has no string/string_view comparison kernel for ``isin``.
+    With ``since`` (a history table's window), the files that hold nothing from then on are
+    not read, nor the rows before it.
     """
     where, dt = open_table(lake, table)
     if dt is None:
@@ -74,6 +78,8 @@ def read_group_rows(lake: str | LakeLocation, table: str, groups: list[str],
     schema = pa.schema(dt.schema().to_arrow())
     wanted = None if columns is None else [c for c in schema.names if c in {"group_id", *columns}]
     files = plain_files(dt)
+    if files and since is not None:
+        files = fresh_files(dt, files, since)
     if files is None:  # partition columns, deletion vectors: delta-rs reads it whole
         data = dt.to_pyarrow_table(columns=wanted)
     elif not files:
@@ -83,6 +89,7 @@ def read_group_rows(lake: str | LakeLocation, table: str, groups: list[str],
                             schema=schema, format="parquet").to_table(columns=wanted)
     else:
         data = pads.dataset(files, schema=schema, format="parquet").to_table(columns=wanted)
+    data = filter_window(data, since)
     return data.filter(pc.is_in(data.column("group_id").cast(pa.string()),
                                 pa.array(groups, pa.string())))
 
@@ -356,7 +363,8 @@ def _anomalies(group_id: str, slug: str, rows: list[dict[str, Any]], table_exist
 # ------------------------------------------------------------------------------ the section
 
 
-def group_pages(con: Any, lake: str | LakeLocation, group: str | None) -> str:
+def group_pages(con: Any, lake: str | LakeLocation, group: str | None,
+                since: datetime | None = None) -> str:
     """The "Groups" section: an index, then one page (sub-section) per group.
 
     ``con``: the report's DuckDB connection (offset_commits, group_metadata and
@@ -382,7 +390,7 @@ def group_pages(con: Any, lake: str | LakeLocation, group: str | None) -> str:
     lag = read_group_rows(lake, "snapshot_lag", groups)
     attribution = read_group_rows(lake, "commit_attribution", groups, [
         "record_timestamp", "commit_timestamp", "attribution", "member_id", "client_id",
-        "client_host", "group_instance_id"])
+        "client_host", "group_instance_id"], since=since)
     anomalies = read_group_rows(lake, "offset_anomalies", groups)
     has_time_lag = lag is not None and "time_lag_ms" in lag.schema.names
     lag_rows, anomaly_rows = _by_group(lag), _by_group(anomalies)

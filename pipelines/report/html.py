@@ -27,10 +27,10 @@ from deltalake import DeltaTable
 from plotly.offline import get_plotlyjs
 
 from pipelines.lake.location import LakeLocation, lake_location
-from pipelines.queries import duckdb_connection
+from pipelines.queries import duckdb_connection, utc_instant
 from pipelines.report.generations import generations_section
 from pipelines.report.group_page import group_pages
-from pipelines.report.render import esc, fmt_ts, query_rows
+from pipelines.report.render import esc, fmt_ts, html_note, query_rows
 from pipelines.report.sections import (
     commit_rate_section,
     lag_section,
@@ -38,6 +38,7 @@ from pipelines.report.sections import (
     reconciliation_section,
     summary_section,
 )
+from pipelines.report.window import history_span, parse_since, register_history
 
 _TABLES = ("offsets_raw", "offset_commits", "group_metadata", "group_generations",
            "consumer_groups", "committed_offsets", "snapshot_runs", "snapshot_log_end_offsets",
@@ -136,8 +137,22 @@ def _page(title: str, meta: str, sections: list[_Section]) -> str:
             f"{_PROBE_TAIL}</body></html>\n")
 
 
-def write_report(lake: Path | str | LakeLocation, out: Path, group: str | None = None) -> Path:
+def _window_start(con: object, lake: LakeLocation, since: datetime | str | None) -> datetime | None:
+    """The history window's start: ``since`` itself, or parsed against the newest record."""
+    if since is None or isinstance(since, datetime):
+        return None if since is None else utc_instant(since)
+    span = history_span(lake) or query_rows(con, "SELECT MAX(timestamp) AS last FROM offsets_raw")
+    return parse_since(since, max((s["last"] for s in span if s["last"]), default=None))
+
+
+def write_report(lake: Path | str | LakeLocation, out: Path, group: str | None = None,
+                 since: datetime | str | None = None) -> Path:
     """Write the HTML report of ``lake`` (or of one ``group``) to ``out``; returns ``out``.
+
+    ``since`` (an instant, or ``--since`` text: an instant or a duration such as ``24h``
+    before the newest record) limits the history the plots and group pages read to the
+    commits from then on; the header's counts and the state, snapshot and reconciliation
+    sections still cover the whole lake. None reads the whole history.
 
     Raises ``FileNotFoundError`` when ``lake`` holds no offsetlake tables and ``ValueError``
     when ``group`` never appears in it (a typo should not give an empty report).
@@ -145,24 +160,32 @@ def write_report(lake: Path | str | LakeLocation, out: Path, group: str | None =
     lake, out = lake_location(lake), Path(out)
     if not DeltaTable.is_deltatable(lake.join("offsets_raw"), storage_options=lake.delta_options()):
         raise FileNotFoundError(f"{lake} holds no offsetlake lake (no offsets_raw table)")
-    con = duckdb_connection(lake, _TABLES)
+    con = duckdb_connection(lake, [t for t in _TABLES if t != "offset_commits"])
     try:
+        window = _window_start(con, lake, since)
+        register_history(con, lake, window)
         if group is not None and not query_rows(con, """
                 SELECT 1 AS found FROM offset_commits WHERE group_id = $g
-                UNION ALL SELECT 1 FROM group_metadata WHERE group_id = $g LIMIT 1""", g=group):
+                UNION ALL SELECT 1 FROM group_metadata WHERE group_id = $g
+                UNION ALL SELECT 1 FROM committed_offsets WHERE group_id = $g LIMIT 1""", g=group):
             raise ValueError(f"group {group!r} does not appear in {lake}")
         summary, info = summary_section(con, lake, group)
+        first = info["first"] if window is None or info["first"] is None else max(info["first"], window)
+        if window is not None:
+            summary += html_note(f"History window: the plots and group pages show the commits from "
+                                 f"{fmt_ts(window)} on (<code>--since</code>); the counts above, "
+                                 "the current lag and the reconciliation cover the whole lake.")
         has_snapshots = bool(query_rows(con, "SELECT 1 AS x FROM snapshot_log_end_offsets LIMIT 1"))
         sections = [
             _Section("Summary", summary, "summary"),
-            _Section("Committed offsets and lag", offsets_section(con, group, info["first"],
-                                                           info["last"]), "offsets"),
+            _Section("Committed offsets and lag", offsets_section(con, group, first, info["last"]),
+                     "offsets"),
             _Section("Current lag", lag_section(lake, group, has_snapshots), "lag"),
-            _Section("Commit rate", commit_rate_section(con, group, info["first"], info["last"]),
+            _Section("Commit rate", commit_rate_section(con, group, first, info["last"]),
                      "commit-rate"),
-            _Section("Generations and rebalances", generations_section(lake, group, info["last"]),
-                     "generations"),
-            _Section("Groups", group_pages(con, lake, group), "groups"),
+            _Section("Generations and rebalances",
+                     generations_section(lake, group, info["last"], since=window), "generations"),
+            _Section("Groups", group_pages(con, lake, group, since=window), "groups"),
             _Section("Latest reconciliation", reconciliation_section(con, group), "reconciliation"),
         ]
     finally:

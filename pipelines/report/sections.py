@@ -32,11 +32,12 @@ from pipelines.report.render import (
     nice_bucket,
     query_rows,
 )
+from pipelines.report.window import history_span
 
 
 def summary_section(con: Any, lake: Path, group: str | None) -> tuple[str, dict[str, Any]]:
     """The header: where, what, when, and the state of snapshots and reconciliation."""
-    span = query_rows(con, """
+    span = history_span(lake) or query_rows(con, """
         SELECT cluster_id, COUNT(*) AS records, MIN(r.timestamp) AS first, MAX(r.timestamp) AS last
         FROM offsets_raw r GROUP BY cluster_id ORDER BY cluster_id""")
     groups = query_rows(con, """
