@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines import jvm_cache
+from pipelines import jvm_cache, spark_python
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,10 @@ LOCAL_DEFAULTS = {
     # micro-batches come to the driver as Arrow: give its JVM room for ~1M-record batches
     "spark.driver.memory": "4g",
     "spark.driver.maxResultSize": "0",
-    # pyspark's daemon, imported from the installed package rather than compiled again from
-    # Spark's source zip in every Python process Spark starts (pipelines/spark_daemon.py)
-    "spark.python.daemon.module": "pipelines.spark_daemon",
 }
+#: where Spark finds the Python of its workers and of its driver-side Python processes
+PYTHON_SETTINGS = (("PYSPARK_PYTHON", "spark.pyspark.python"),
+                   ("PYSPARK_DRIVER_PYTHON", "spark.pyspark.driver.python"))
 LOCAL_LOG_LEVEL = "FATAL"  # failures reach the user as our own one-line errors
 # JVM flags for a local master that this process launches: the C1 compiler only. A scheduled
 # run is short and Python does the heavy work, so C2's compile threads mostly compete with
@@ -231,6 +231,7 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     it, and a Delta catalog set on a session without Delta's jars breaks every later query
     of that session. Whether it can serve the Delta engine is checked where that is needed.
     """
+    python_chosen = os.environ.get("PYSPARK_PYTHON"), os.environ.get("PYSPARK_DRIVER_PYTHON")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -255,6 +256,11 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     ours = bool(settings.submit_opts) and "SPARK_SUBMIT_OPTS" not in os.environ
     archive = jvm_cache.plan(os.environ, _spark_home(os.environ), settings.submit_opts or "",
                              user_conf.get("spark.driver.extraClassPath", "")) if ours else None
+    launcher = spark_python.launcher() if ours else None
+    if launcher:  # workers use PYSPARK_PYTHON, the driver-side ones PYSPARK_DRIVER_PYTHON
+        for (variable, conf_key), chosen in zip(PYTHON_SETTINGS, python_chosen, strict=True):
+            if conf_key not in user_conf and _same_python(chosen):
+                os.environ[variable] = launcher
     if ours:  # only for the spark-submit that launches the JVM; nothing else sees it
         os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
             [settings.submit_opts, *([archive.java_options] if archive else [])])
@@ -273,6 +279,14 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     log.debug("Spark session: master %s, %d settings of ours, user's kept: %s",
               spark.sparkContext.master, len(settings.conf), sorted(user_conf))
     return spark
+
+
+def _same_python(chosen: str | None) -> bool:
+    """Whether ``PYSPARK_PYTHON`` leaves the workers' Python to us: unset, or this very
+    interpreter (which ``offsetlake-spark-python`` runs as it is, see pipelines/spark_python.py)."""
+    # paths, not files: a venv's python is a link to the base interpreter, another environment
+    ours = {os.path.abspath(p) for p in (sys.executable, spark_python.launcher()) if p}
+    return not chosen or os.path.abspath(chosen) in ours
 
 
 def include_wheels(sc) -> list[str]:

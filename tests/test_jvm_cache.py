@@ -1,6 +1,6 @@
 """The local JVM's class archive: written once under a temporary name, published only after
 a clean exit, mapped by later JVMs, one writer at a time, never for a user's own JVM options;
-and Spark's Python daemon imported from the installed pyspark rather than its source zip."""
+and Spark's Python processes importing the installed pyspark rather than its source zip."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import jvm_cache, spark_daemon
+from pipelines import jvm_cache, spark_python
 
 
 @pytest.fixture
@@ -96,7 +96,9 @@ jvm = spark._jvm
 pid = jvm.java.lang.ProcessHandle.current().pid()
 maps = open(f"/proc/{pid}/maps").read()
 args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
-print(json.dumps({"args": args, "mapped": [a for a in set(maps.split()) if a.endswith(".jsa")]}))
+worker = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("pyspark").__file__).collect()
+print(json.dumps({"args": args, "mapped": [a for a in set(maps.split()) if a.endswith(".jsa")],
+                  "python": spark.sparkContext.pythonExec, "worker_pyspark": worker[0]}))
 spark.stop()
 """
 
@@ -125,9 +127,12 @@ def test_a_real_local_jvm_writes_the_archive_once_and_the_next_one_maps_it(tmp_p
     second = probe()
     assert f"-XX:SharedArchiveFile={archives[0]}" in second["args"]
     assert str(archives[0]) in second["mapped"]  # the JVM really maps Spark's classes from it
+    # the workers run this interpreter through the launcher and import the installed pyspark
+    assert second["python"] == spark_python.launcher()
+    assert ".zip" not in second["worker_pyspark"] and second["worker_pyspark"].endswith(".py")
 
 
-def test_spark_daemon_drops_only_zips_that_hold_the_installed_version(tmp_path: Path) -> None:
+def test_spark_python_drops_only_zips_that_hold_the_installed_version(tmp_path: Path) -> None:
     import pyspark
 
     installed = Path(pyspark.__file__).parents[1]  # site-packages, holding pyspark and py4j
@@ -138,22 +143,17 @@ def test_spark_daemon_drops_only_zips_that_hold_the_installed_version(tmp_path: 
     with zipfile.ZipFile(other, "w") as archive:
         archive.writestr("pyspark/version.py", '__version__ = "3.5.0"\n')
     path = [str(spark_zip), str(other), str(installed)]
-    assert spark_daemon.redundant_zips(path) == [str(spark_zip)]
-    assert spark_daemon.redundant_zips([str(spark_zip)]) == []  # nothing installed beside it
+    assert spark_python.redundant_zips(path) == [str(spark_zip)]
+    assert spark_python.redundant_zips([str(spark_zip)]) == []  # nothing installed beside it
 
-
-def test_a_class_path_directory_with_files_runs_without(tmp_path, spark_home) -> None:
-    """The JVM cannot archive a class path with a non-empty directory (and prints so on stdout)."""
-    conf = tmp_path / "spark-conf"
-    conf.mkdir()
-    env = _env(tmp_path, SPARK_CONF_DIR=str(conf))
-    first = jvm_cache.plan(env, spark_home)
-    assert first is not None  # an empty conf dir is fine
-    jvm_cache.abandon(first)
-    (conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
-    assert jvm_cache.plan(env, spark_home) is None
-    hadoop = tmp_path / "hadoop"
-    hadoop.mkdir()
-    (hadoop / "core-site.xml").write_text("<configuration/>")
-    assert jvm_cache.plan(_env(tmp_path, HADOOP_CONF_DIR=str(hadoop)), spark_home) is None
-    assert jvm_cache.plan(_env(tmp_path), spark_home, extra_class_path=str(hadoop)) is None
+    # the installed launcher runs this very interpreter, the same arguments, minus that zip
+    launcher = spark_python.launcher()
+    assert launcher is not None, "offsetlake-spark-python is installed with the package"
+    probe = "import json, os, sys, pyspark; print(json.dumps([sys.argv[1:], pyspark.__file__, " \
+            "os.environ['PYTHONPATH'], sys.executable]))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(spark_zip), str(other / "x")])}
+    out = subprocess.run([launcher, "-c", probe, "a b", "-m"], env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    args, imported, pythonpath, executable = json.loads(out.stdout)
+    assert args == ["a b", "-m"] and executable == sys.executable
+    assert imported == str(Path(pyspark.__file__)) and pythonpath == str(other / "x")

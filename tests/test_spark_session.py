@@ -65,8 +65,7 @@ def test_spark_defaults_conf_and_submit_args_are_kept(env: dict[str, str]) -> No
                 "spark.driver.memory", "spark.sql.session.timeZone"):
         assert key not in s.conf, key
     assert s.conf == {"spark.sql.execution.arrow.pyspark.enabled": "true",
-                      "spark.python.worker.reuse": "true",
-                      "spark.python.daemon.module": "pipelines.spark_daemon"}
+                      "spark.python.worker.reuse": "true"}
     assert s.master == "local[2]" and s.log_level == "FATAL"
 
 

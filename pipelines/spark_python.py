@@ -1,22 +1,24 @@
-"""The daemon Spark forks its Python workers from, for a local master this process launches.
+"""The Python that Spark runs its Python processes with, for a local master this process launches.
 
 Spark puts its own source zips (``SPARK_HOME/python/lib/pyspark.zip`` and py4j's) first on
-every Python worker's path. With pyspark installed from PyPI those zips hold the very code
-of the installed packages, but a zip carries no bytecode cache: every daemon Spark starts
-(one per kind of worker: data source lookup, creation, streaming source, read planning,
-tasks), and every worker it forks, compiles pyspark from source again: ~0.5 s of CPU per
-process, on the critical path of every short run (``benchmarks/real_workload.py``).
+the path of every Python process it starts. With pyspark installed from PyPI those zips
+hold the very code of the installed packages, but a zip carries no bytecode cache: every
+process Spark starts (the data source lookup, the source's creation, the streaming source,
+read planning, the task daemon) and every worker it forks compiles pyspark from source
+again: ~0.5 s of CPU each, one after the other on the path of every short run
+(``benchmarks/real_workload.py``).
 
-This module drops a zip from the path when an installed package holds byte for byte the same
-``version.py``, then runs pyspark's own daemon. Otherwise (Spark from a distribution, a
-different pyspark installed) it drops nothing. Used through ``spark.python.daemon.module``,
-set only for a local master and only where the user did not set it (``pipelines.spark``).
+``offsetlake-spark-python`` (this module's :func:`main`, a console script installed beside
+the interpreter) drops from ``PYTHONPATH`` each zip whose package is installed at the same
+version (``version.py`` byte for byte), then runs the very same interpreter with the same
+arguments. Anything else (Spark from a distribution, another pyspark installed) is left as
+it is. ``pipelines.spark`` uses it only for a local master it launches, and only where the
+user chose no other Python.
 """
 
 from __future__ import annotations
 
 import os
-import runpy
 import sys
 import zipfile
 
@@ -66,10 +68,15 @@ def redundant_zips(path: list[str]) -> list[str]:
 
 
 def main() -> None:
-    dropped = set(redundant_zips(sys.path))
-    sys.path[:] = [entry for entry in sys.path if entry not in dropped]
-    runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
+    """Run ``sys.executable`` with this process' arguments, minus the redundant zips."""
+    given = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    dropped = set(redundant_zips([*given, *sys.path]))
+    if dropped:
+        os.environ["PYTHONPATH"] = os.pathsep.join(e for e in given if e not in dropped)
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
 
 
-if __name__ == "__main__":
-    main()
+def launcher() -> str | None:
+    """The installed ``offsetlake-spark-python`` beside this interpreter, if there is one."""
+    path = os.path.join(os.path.dirname(sys.executable), "offsetlake-spark-python")
+    return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
