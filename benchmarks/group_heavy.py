@@ -18,7 +18,16 @@ records, ~40% group records) and measures, in one process and on the same files:
 Wall and CPU seconds, best of ``--repeat`` for the in-process stages (the machine is shared).
 Goal in the issue: >= 150k records/s end to end.
 
+``--baseline DIR`` (a checkout of an older state, e.g. /tmp/before) runs the decode path and
+the two end-to-end stages on that code too, each in a fresh process, old and new alternately,
+and prints them beside each other (CPU time is the figure to trust on a loaded machine).
+
     python benchmarks/group_heavy.py [--data DIR] [--scale 140] [--groups 100] [--repeat 2]
+                                     [--baseline /tmp/before]
+
+Measured (third wave of issue 9, 2,041,923 records, 41.2% group records, 2 cores shared with
+five other engineers, load 8-14; best of 2, old/new alternately, CPU seconds):
+decode path (read_arrow + build_history) 38.3 s -> 18.5 s CPU (53k -> 110k records/s CPU).
 """
 
 from __future__ import annotations
@@ -87,13 +96,38 @@ def decode_path(data: Path) -> int:
     return n
 
 
-def cli_run(args: list[str], cwd: Path) -> tuple[float, float, int]:
+def stage_run(root: Path, stage: str, data: Path, work: Path) -> tuple[float, float, int]:
+    """One in-process stage (``decode-path`` or ``local-ingest``) on the code at ``root``, in a
+    fresh process: its own wall and CPU seconds (imports excluded) and its record count."""
+    done = subprocess.run([sys.executable, __file__, "--data", str(data), "--stage", stage,
+                           "--workdir", str(work)], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(root)}, cwd=root)
+    wall, cpu, count = done.stdout.split()[-3:]
+    return float(wall), float(cpu), int(count)
+
+
+def run_stage(stage: str, data: Path, work: Path) -> int:
+    """The child side of :func:`stage_run`: prints ``wall cpu records``."""
+    if stage == "decode-path":
+        wall, cpu, n = timed(1, lambda: decode_path(data))
+    else:
+        from pipelines.ingest import ingest_segments_local
+
+        lake = Path(tempfile.mkdtemp(prefix="lake-", dir=work))
+        wall, cpu, rep = timed(1, lambda: ingest_segments_local(data, lake, cluster_id="bench"))
+        n = rep.records
+        shutil.rmtree(lake, ignore_errors=True)
+    print(f"{wall:.3f} {cpu:.3f} {n}")
+    return 0
+
+
+def cli_run(args: list[str], cwd: Path, root: Path = REPO) -> tuple[float, float, int]:
     """Wall and CPU seconds (children included) of ``offsetlake ARGS`` in a fresh process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "pipelines.cli", *args], cwd=cwd,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+                          env={**os.environ, "PYTHONPATH": str(root)}, check=False)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
@@ -103,17 +137,40 @@ def cli_run(args: list[str], cwd: Path) -> tuple[float, float, int]:
     return wall, cpu, done.returncode
 
 
-def main() -> int:
+def best_alternately(repeat: int, runs: dict[str, Callable[[], tuple[float, float, int]]]
+                     ) -> dict[str, tuple[float, float, int]]:
+    """Each of ``runs`` ``repeat`` times, interleaved (old, new, old, new, ...): the best wall
+    and the best CPU seconds of each, and its record count."""
+    best: dict[str, tuple[float, float, int]] = {}
+    for _ in range(repeat):
+        for name, fn in runs.items():
+            wall, cpu, count = fn()
+            w0, c0, _ = best.get(name, (wall, cpu, count))
+            best[name] = (min(w0, wall), min(c0, cpu), count)
+    return best
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=None, help="an existing generated history")
     ap.add_argument("--scale", type=int, default=140)
     ap.add_argument("--groups", type=int, default=100, help="churning groups (--group-heavy)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-spark", action="store_true", help="skip the `offsetlake ingest` run")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="a checkout of an older state: its figures printed beside")
     ap.add_argument("--workdir", type=Path, default=None)
-    args = ap.parse_args()
+    ap.add_argument("--stage", choices=("decode-path", "local-ingest"), help=argparse.SUPPRESS)
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
     logging.basicConfig(level=logging.WARNING)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="offsetlake-group-heavy-"))
+    work.mkdir(parents=True, exist_ok=True)
+    if args.stage:
+        return run_stage(args.stage, args.data, work)
     data = args.data
     if data is None:
         from pipelines.demo import generate_cluster
@@ -122,46 +179,55 @@ def main() -> int:
         w0 = time.perf_counter()
         generate_cluster(data, scale=args.scale, group_heavy=args.groups, live=False)
         print(f"generated in {time.perf_counter() - w0:.1f} s: {data}")
-
-    rows: list[tuple[str, int, float, float]] = []
-
-    def add(label: str, count: int, wall: float, cpu: float) -> None:
-        """Keep a row and print it at once (a long run still shows what it measured)."""
-        rows.append((label, count, wall, cpu))
-        print(f"  {label}: {count:,} records, {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
-    wall, cpu, (n, groups) = timed(1, lambda: naive_baseline(data))
-    print(f"{n:,} records, {groups:,} group records ({100 * groups / n:.1f}%)", flush=True)
-    add("baseline: per record (record objects, decode_record, dicts)", n, wall, cpu)
-    wall, cpu, m = timed(args.repeat, lambda: decode_path(data))
-    add("decode path: read_arrow + build_history", m, wall, cpu)
-    for label, extra in (("offsetlake decode (JSON lines), process", []),
-                         ("offsetlake decode --stats, process", ["--stats"])):
-        best = min((cli_run(["decode", str(data), *extra], work) for _ in range(args.repeat)),
-                   key=lambda r: r[0])
-        add(label, n, best[0], best[1])
-    from pipelines.ingest import ingest_segments_local
-
-    lake = work / "lake-local"
-    wall, cpu, rep = timed(1, lambda: ingest_segments_local(data, lake, cluster_id="bench"))
-    add("end to end, no Spark (ingest_segments_local)", rep.records, wall, cpu)
-    if not args.no_spark:
-        lake = work / "lake"
-        wall, cpu, code = cli_run(["ingest", "--source", "segments", "--path", str(data),
-                                   "--lake", str(lake), "--cluster-id", "bench"], work)
-        add(f"end to end: offsetlake ingest, process (exit {code})", n, wall, cpu)
-
+    rows = measure(args, data, work)
     print(f"\n{'stage':<62}{'records':>11}{'wall s':>9}{'CPU s':>9}{'rec/s wall':>12}"
           f"{'rec/s CPU':>12}")
     for label, count, wall, cpu in rows:
         print(f"{label:<62}{count:>11,}{wall:>9.2f}{cpu:>9.2f}{count / wall:>12,.0f}"
               f"{count / max(cpu, 1e-9):>12,.0f}")
-    base = rows[0][1] / rows[0][2]
-    print(f"\ndecode path vs per-record baseline: {rows[1][1] / rows[1][2] / base:.1f}x (wall)")
     e2e = rows[-1][1] / rows[-1][2]
-    print(f"end to end: {e2e:,.0f} records/s; goal >= {GOAL:,}: {'met' if e2e >= GOAL else 'NOT met'}")
+    print(f"\nend to end: {e2e:,.0f} records/s; goal >= {GOAL:,}: {'met' if e2e >= GOAL else 'NOT met'}")
     if args.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def measure(args: argparse.Namespace, data: Path, work: Path) -> list[tuple[str, int, float, float]]:
+    """Every stage, printed as soon as it is measured; the baseline's beside when given."""
+    rows: list[tuple[str, int, float, float]] = []
+
+    def add(label: str, count: int, wall: float, cpu: float) -> None:
+        rows.append((label, count, wall, cpu))
+        print(f"  {label}: {count:,} records, {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
+
+    wall, cpu, (n, groups) = timed(1, lambda: naive_baseline(data))
+    print(f"{n:,} records, {groups:,} group records ({100 * groups / n:.1f}%)", flush=True)
+    add("per record (record objects, decode_record, dicts)", n, wall, cpu)
+    roots = {"": REPO} if args.baseline is None else {"baseline ": args.baseline, "": REPO}
+    for label, stage in (("decode path: read_arrow + build_history", "decode-path"),
+                         ("end to end, no Spark (ingest_segments_local)", "local-ingest")):
+        best = best_alternately(args.repeat, {
+            name: (lambda root=root, stage=stage: stage_run(root, stage, data, work))
+            for name, root in roots.items()})
+        for name, (w, c, count) in best.items():
+            add(f"{name}{label}", count, w, c)
+    for label, extra in (("offsetlake decode (JSON lines), process", []),
+                         ("offsetlake decode --stats, process", ["--stats"])):
+        best = min((cli_run(["decode", str(data), *extra], work) for _ in range(args.repeat)),
+                   key=lambda r: r[0])
+        add(label, n, best[0], best[1])
+    if not args.no_spark:
+        def ingest(root: Path) -> tuple[float, float, int]:
+            lake = Path(tempfile.mkdtemp(prefix="lake-", dir=work))
+            wall, cpu, code = cli_run(["ingest", "--source", "segments", "--path", str(data),
+                                       "--lake", str(lake), "--cluster-id", "bench"], work, root)
+            shutil.rmtree(lake, ignore_errors=True)
+            return wall, cpu, code
+        best = best_alternately(1, {name: (lambda root=root: ingest(root))
+                                    for name, root in roots.items()})
+        for name, (w, c, code) in best.items():
+            add(f"{name}end to end: offsetlake ingest, process (exit {code})", n, w, c)
+    return rows
 
 
 if __name__ == "__main__":

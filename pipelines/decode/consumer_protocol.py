@@ -18,9 +18,17 @@ ASSIGNMENT = "ConsumerProtocolAssignment"
 TRAILING = "_trailing_bytes"
 
 _codecs: dict[tuple[str, int], StructCodec] = {}
+_by_version: dict[tuple[str, int], StructCodec] = {}  # keyed by the version as written
 
 
 def _codec(name: str, version: int) -> StructCodec:
+    codec = _by_version.get((name, version))  # one lookup per member blob on the hot path
+    if codec is None:
+        codec = _by_version[(name, version)] = _effective_codec(name, version)
+    return codec
+
+
+def _effective_codec(name: str, version: int) -> StructCodec:
     versions, fields = embedded_struct(name)
     effective = min(max(version, versions.low), versions.high)
     key = (name, effective)

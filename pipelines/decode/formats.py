@@ -15,19 +15,22 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from pipelines.decode import wire
-from pipelines.decode.wire import WireError
+from pipelines.decode.codegen import (
+    EXPLICIT_DEFAULT_TAGS,
+    TAGS_ABSENT,
+    UNKNOWN_TAGS,
+    Decoder,
+    struct_decoder,
+)
 from pipelines.shipped_schemas import MissingSchemas, schema_dir, schema_files
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
-Decoder = Callable[[bytes, int], tuple[Any, int]]
 Encoder = Callable[[bytearray, Any], None]
-
-# Wire details kept in decoded dicts (underscore-prefixed) so re-encoding is byte-exact.
-UNKNOWN_TAGS = "_unknown_tagged_fields"
-TAGS_ABSENT = "_tagged_section_absent"
-EXPLICIT_DEFAULT_TAGS = "_tags_written_at_default"
+__all__ = ["EXPLICIT_DEFAULT_TAGS", "TAGS_ABSENT", "UNKNOWN_TAGS", "Decoder", "Encoder",
+           "FieldSpec", "RecordFormat", "StructCodec", "Versions", "embedded_struct",
+           "load_record_formats", "record_formats"]
 
 
 @dataclass(frozen=True)
@@ -120,12 +123,18 @@ class RecordFormat:
     _codecs: dict = field(default_factory=dict, compare=False, repr=False)
 
     def key_codec(self) -> StructCodec:
+        codec = self._codecs.get("key")  # one lookup on the hot path (every record)
+        if codec is not None:
+            return codec
         if "key" not in self._codecs:
             self._codecs["key"] = StructCodec.compile(self.key_fields, 0, flexible=False)
         return self._codecs["key"]
 
     def value_codec(self, version: int) -> StructCodec | None:
         """The codec for one value version, or None when the version is unknown."""
+        codec = self._codecs.get(version)  # one lookup on the hot path (every record)
+        if codec is not None:
+            return codec
         if version not in self.value.versions:
             return None
         if version not in self._codecs:
@@ -152,90 +161,40 @@ class StructCodec:
         """Specialise ``fields`` for one version.
 
         ``top_level`` tolerates a value that ends where its tagged-field section should
-        start (hand-built vectors in the wild omit it); the absence is remembered.
+        start (hand-built vectors in the wild omit it); the absence is remembered. Tagged
+        fields absent from the section get their defaults; an optional trailing field is
+        None when the value ends before it. The decoder is generated source
+        (:mod:`pipelines.decode.codegen`); the encoder a tree of closures.
         """
-        present = [f for f in fields if version in f.versions]
-        regular = [(f, _field_codec(f, version, flexible)) for f in present if f.tag is None]
-        tagged = {
-            f.tag: (f, _field_codec(f, version, flexible, tagged=True))
-            for f in present
-            if f.tag is not None and flexible
-        }
-        order = [(f.name, f.tag is not None and flexible, f) for f in present]
-        reg_decoders = {f.name: c[0] for f, c in regular}
-        reg_encoders = [(f, c[1]) for f, c in regular]
-
-        plain = [(f.name, c[0]) for f, c in regular]
-        if len(regular) == len(present) and not any(f.optional_trailing for f in present):
-            order = []  # only regular fields: the loop below, without its per-field tests
-
-        def decode(buf: bytes, pos: int) -> tuple[dict, int]:
-            out: dict[str, Any] = {}
-            if not order:
-                for name, dec in plain:
-                    out[name], pos = dec(buf, pos)
-            for name, is_tagged, spec in order:
-                if is_tagged:
-                    out[name] = _copy_default(spec.default)
-                elif spec.optional_trailing and len(buf) - pos <= (1 if flexible else 0):
-                    out[name] = None
-                else:
-                    out[name], pos = reg_decoders[name](buf, pos)
-            if flexible:
-                if top_level and pos == len(buf):
-                    out[TAGS_ABSENT] = True
-                else:
-                    pos = _read_tagged(buf, pos, tagged, out)
-            return out, pos
-
-        def encode(out: bytearray, value: dict) -> None:
-            for spec, enc in reg_encoders:
-                item = value.get(spec.name, spec.default)
-                if spec.optional_trailing and item is None:
-                    continue
-                enc(out, item)
-            if flexible and not value.get(TAGS_ABSENT):
-                _write_tagged(out, value, tagged)
-
-        return cls(decode, encode)
+        return cls(struct_decoder(fields, version, flexible, top_level),
+                   _struct_encoder(fields, version, flexible))
 
 
-def _copy_default(default: Any) -> Any:
-    return list(default) if isinstance(default, list) else default
+def _struct_encoder(fields: tuple[FieldSpec, ...], version: int, flexible: bool) -> Encoder:
+    present = [f for f in fields if version in f.versions]
+    reg_encoders = [(f, _field_codec(f, version, flexible)) for f in present if f.tag is None]
+    tagged = {
+        f.tag: (f, _field_codec(f, version, flexible, tagged=True))
+        for f in present
+        if f.tag is not None and flexible
+    }
 
+    def encode(out: bytearray, value: dict) -> None:
+        for spec, enc in reg_encoders:
+            item = value.get(spec.name, spec.default)
+            if spec.optional_trailing and item is None:
+                continue
+            enc(out, item)
+        if flexible and not value.get(TAGS_ABSENT):
+            _write_tagged(out, value, tagged)
 
-def _read_tagged(buf: bytes, pos: int, tagged: dict, out: dict) -> int:
-    count, pos = wire.read_uvarint(buf, pos)
-    last_tag = -1
-    for _ in range(count):
-        tag, pos = wire.read_uvarint(buf, pos)
-        size, pos = wire.read_uvarint(buf, pos)
-        end = pos + size
-        if end > len(buf):
-            raise WireError(f"tagged field {tag} runs past the end")
-        if tag <= last_tag:
-            raise WireError(f"tagged fields out of order: {tag} after {last_tag}")
-        last_tag = tag
-        known = tagged.get(tag)
-        chunk = bytes(buf[pos:end])
-        if known is None:
-            out.setdefault(UNKNOWN_TAGS, {})[tag] = chunk
-        else:
-            spec, (dec, _enc) = known
-            value, used = dec(chunk, 0)
-            if used != size:
-                raise WireError(f"tagged field {spec.name} used {used} of {size} bytes")
-            out[spec.name] = value
-            if value == spec.default:  # some Kafka versions write defaults (e.g. 4.0 nulls)
-                out.setdefault(EXPLICIT_DEFAULT_TAGS, []).append(tag)
-        pos = end
-    return pos
+    return encode
 
 
 def _write_tagged(out: bytearray, value: dict, tagged: dict) -> None:
     chunks: dict[int, bytes] = dict(value.get(UNKNOWN_TAGS) or {})
     explicit = value.get(EXPLICIT_DEFAULT_TAGS) or ()
-    for tag, (spec, (_dec, enc)) in tagged.items():
+    for tag, (spec, enc) in tagged.items():
         item = value.get(spec.name, spec.default)
         if item == spec.default and tag not in explicit:
             continue
@@ -249,46 +208,35 @@ def _write_tagged(out: bytearray, value: dict, tagged: dict) -> None:
         out += chunks[tag]
 
 
-_FIXED: dict[str, tuple[Decoder, Encoder]] = {
-    "int8": (wire.read_int8, wire.write_int8),
-    "int16": (wire.read_int16, wire.write_int16),
-    "uint16": (wire.read_uint16, wire.write_uint16),
-    "int32": (wire.read_int32, wire.write_int32),
-    "int64": (wire.read_int64, wire.write_int64),
-    "uuid": (wire.read_uuid, wire.write_uuid),
+_FIXED: dict[str, Encoder] = {
+    "int8": wire.write_int8,
+    "int16": wire.write_int16,
+    "uint16": wire.write_uint16,
+    "int32": wire.write_int32,
+    "int64": wire.write_int64,
+    "uuid": wire.write_uuid,
 }
 
 
-def _field_codec(
-    spec: FieldSpec, version: int, flexible: bool, tagged: bool = False
-) -> tuple[Decoder, Encoder]:
+def _field_codec(spec: FieldSpec, version: int, flexible: bool, tagged: bool = False) -> Encoder:
+    """One field's encoder (decoding is generated: :mod:`pipelines.decode.codegen`)."""
     ftype, nullable = spec.type, spec.nullable
     if ftype in _FIXED:
         return _FIXED[ftype]
     if ftype == "string":
-        reader = wire.read_compact_string if flexible else wire.read_string
-        return (
-            (lambda buf, pos: reader(buf, pos, True)) if nullable else reader,
-            lambda out, v: wire.write_string(out, v, flexible),
-        )
+        return lambda out, v: wire.write_string(out, v, flexible)
     if ftype == "bytes":
-        reader = wire.read_compact_bytes if flexible else wire.read_bytes
-        return (
-            lambda buf, pos: reader(buf, pos, nullable),
-            lambda out, v: wire.write_bytes(out, v, flexible),
-        )
+        return lambda out, v: wire.write_bytes(out, v, flexible)
     if ftype == "struct":
-        codec = StructCodec.compile(spec.fields, version, flexible)
-        if not nullable:
-            return codec.decode, codec.encode
-        return _nullable_struct(codec, tagged)
+        encode = _struct_encoder(spec.fields, version, flexible)
+        return _nullable_struct(encode, tagged) if nullable else encode
     if ftype.startswith("[]"):
         elem_spec = FieldSpec(spec.name, ftype[2:], spec.versions, fields=spec.fields)
         return _array(_field_codec(elem_spec, version, flexible), nullable, flexible)
     raise ValueError(f"unknown field type {ftype!r} for {spec.name}")
 
 
-def _nullable_struct(codec: StructCodec, tagged: bool) -> tuple[Decoder, Encoder]:
+def _nullable_struct(struct_encode: Encoder, tagged: bool) -> Encoder:
     """Nullable structs carry a presence marker before their fields.
 
     Kafka's generator writes int8 -1/1 for a regular field but unsigned varint 0/1
@@ -296,48 +244,17 @@ def _nullable_struct(codec: StructCodec, tagged: bool) -> tuple[Decoder, Encoder
     """
     null_marker = 0 if tagged else 0xFF
 
-    def decode(buf: bytes, pos: int) -> tuple[dict | None, int]:
-        if tagged:
-            marker, pos = wire.read_uvarint(buf, pos)
-            is_null = marker == 0
-        else:
-            marker, pos = wire.read_int8(buf, pos)
-            is_null = marker < 0
-        if is_null:
-            return None, pos
-        return codec.decode(buf, pos)
-
     def encode(out: bytearray, value: dict | None) -> None:
         if value is None:
             out.append(null_marker)
         else:
             out.append(1)
-            codec.encode(out, value)
+            struct_encode(out, value)
 
-    return decode, encode
+    return encode
 
 
-def _array(elem: tuple[Decoder, Encoder], nullable: bool, flexible: bool) -> tuple[Decoder, Encoder]:
-    dec, enc = elem
-
-    def decode(buf: bytes, pos: int) -> tuple[list | None, int]:
-        if flexible:
-            n, pos = wire.read_uvarint(buf, pos)
-            n -= 1
-        else:
-            n, pos = wire.read_int32(buf, pos)
-        if n < 0:
-            if nullable and n == -1:
-                return None, pos
-            raise WireError(f"negative array length {n}")
-        if n > len(buf) - pos:  # every element takes at least one byte
-            raise WireError(f"array of {n} elements cannot fit in {len(buf) - pos} bytes")
-        items = []
-        for _ in range(n):
-            item, pos = dec(buf, pos)
-            items.append(item)
-        return items, pos
-
+def _array(enc: Encoder, nullable: bool, flexible: bool) -> Encoder:
     def encode(out: bytearray, value: list | None) -> None:
         if value is None:
             if flexible:
@@ -352,7 +269,7 @@ def _array(elem: tuple[Decoder, Encoder], nullable: bool, flexible: bool) -> tup
         for item in value:
             enc(out, item)
 
-    return decode, encode
+    return encode
 
 
 # ----------------------------------------------------------------------------- loading

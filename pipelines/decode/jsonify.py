@@ -24,7 +24,11 @@ def _base64(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+#: One encoder for every call: ``json.dumps`` with options builds a new one each time.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_base64)
+
+
 def dumps(value: Any) -> str:
     """``json.dumps(jsonable(value))`` compactly, without copying ``value`` first (the same
     text: decoded records have str keys only, and json writes tuples as lists)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_base64)
+    return _ENCODER.encode(value)
