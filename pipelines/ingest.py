@@ -296,6 +296,38 @@ def open_stream(spark, cfg: IngestConfig):
     raise ValueError(f"unknown source {cfg.source!r}; choose one of {', '.join(SOURCES)}")
 
 
+def index_ahead(cfg: IngestConfig) -> threading.Thread | None:
+    """Index the segment files into the checkpoint's index cache on a background thread.
+
+    Meant to run while the Spark session starts (seconds in which the driver only waits for
+    its JVM): the streaming source's planner then reads the cache instead of indexing every
+    file itself, on the critical path of the query's start. The cache's entries are written
+    whole or not at all (:class:`SegmentIndexCache`), and whatever this thread did not reach
+    the source indexes itself, so its outcome changes no result. The checkpoint is claimed
+    first: one made for another source is refused here, before Spark starts.
+    """
+    if cfg.source != "segments" or not cfg.path:
+        return None
+    checkpoint = Path(os.path.abspath(cfg.checkpoint_dir))
+    claim(checkpoint, cfg.identity())
+
+    def index() -> None:
+        from pipelines.sources.segments.files import find_segments
+        from pipelines.sources.segments.index import SegmentIndexCache
+
+        try:
+            cache = SegmentIndexCache(checkpoint / "segment_index")
+            for plog in find_segments(os.path.abspath(cfg.path)):
+                for segment in plog.segments:
+                    cache.rows(segment)
+        except Exception as exc:  # the source indexes what is missing (and reports problems)
+            log.debug("indexing ahead stopped: %s", exc)
+
+    thread = threading.Thread(target=index, name="offsetlake-index-ahead", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> IngestReport:
     """Run the streaming query (availableNow by default) and report what it wrote
     (through ``engine``, default: the one ``cfg.delta_engine`` names).

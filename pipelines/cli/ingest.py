@@ -51,7 +51,7 @@ def _ingest_kafka_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from pipelines.ingest import run_ingest
+    from pipelines.ingest import index_ahead, run_ingest
     from pipelines.spark import spark_session
 
     cfg = _ingest_config(args)
@@ -62,8 +62,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
         check_access({"bootstrap_servers": cfg.bootstrap_servers,
                       **{f"kafka.{k}": v for k, v in cfg.kafka_options.items()}})
+    indexing = index_ahead(cfg)  # while the JVM starts
     spark = spark_session("offsetlake-ingest", delta_spark=cfg.delta_engine != "delta-rs")
     check_engine(spark, cfg.delta_engine)
+    if indexing is not None:
+        indexing.join()
     report = run_ingest(spark, cfg)
     print(json.dumps(report.summary(), indent=2, default=str))
     return _verdict(report, args.strict)
