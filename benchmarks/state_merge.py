@@ -23,7 +23,9 @@ best moment), of which the audit 1.47 -> 0.89 s CPU (its read of the batch's com
 ~0.7 s, offset_audit_cursor ~0.45 s CPU) rewrite the whole table because 1,000 random groups
 fall in every file of any layout with fewer than thousands of files: delta-rs copies each
 touched file. A batch whose keys sit in few files of a key-ordered table (e.g. after a
-z-order by group_id) now rewrites only those (tests/test_state_merge.py).
+z-order by group_id) now reads and rewrites only those (tests/test_state_merge.py): on this
+lake's committed_offsets laid out as 20 key-ordered files, a change set of 10 adjacent groups
+(100 keys) merged in 0.435 -> 0.047 s CPU (1.72 -> 0.07 s wall), 20 -> 1 files scanned.
 """
 
 from __future__ import annotations
