@@ -84,8 +84,8 @@ PACKED_ARROW_SCHEMA: pa.Schema = pa.schema([pa.field(PACKED_COLUMN, pa.binary())
 #: Body compression of a packed cell. Spark's JVM copies every cell several times on its way
 #: from the source's Python worker to the decoding one (Arrow -> rows -> Arrow); raw rows are
 #: ~230 bytes a record (a segment file's path repeats on each) and LZ4 makes them ~6x smaller
-#: for ~0.09 us a record each way. Measured on a 1M-record batch (2 cores, loaded): the JVM's
-#: CPU 1.0 s -> 0.36 s, read+decode+write job CPU 3.6 s -> 3.1 s.
+#: for ~0.05 us a record each way. One 1M-record micro-batch's Spark job, 2 cores, loaded
+#: (``benchmarks/executor_task.py --spark``): JVM CPU ~1.0 s -> ~0.4 s, job CPU 3.4 s -> 2.8 s.
 #: Readers need nothing: Arrow IPC states a batch's codec and decompresses it on read.
 PACKED_COMPRESSION = "lz4" if pa.Codec.is_available("lz4") else None
 
