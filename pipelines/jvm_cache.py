@@ -3,10 +3,13 @@
 A local Spark JVM loads and verifies tens of thousands of classes from Spark's jars at every
 start and on the first query: ~3 s of a short scheduled run (``benchmarks/real_workload.py``).
 The JVM (JDK 13+, AppCDS) can map them from an archive instead. The first run without an
-archive asks its JVM to write one when it exits; later runs with the same Java and the same
-Spark jars map it. The archive is written under a temporary name and renamed only once the JVM
-has exited cleanly: the JVM crashes on a truncated archive, so a partial one is never used.
-One process at a time writes (a lock file); the others just run without.
+archive asks its JVM to write one when it exits (~20 s of that JVM's CPU, after the run: the
+command does not wait for it); later runs with the same Java and the same Spark jars map it.
+The archive is written under a temporary name and published by a detached process only
+once the JVM has exited and a JVM with the same options maps it cleanly: the JVM crashes on
+a truncated archive, so a partial one is never used. One process at a time writes (a lock
+file); the others just run without. Where the machine ends with the run (a container per
+task), the archive is simply never published and nothing is lost.
 
 ``OFFSETLAKE_JVM_CACHE``: ``off`` disables it, a directory moves it (default
 ``$XDG_CACHE_HOME/offsetlake/jvm`` or ``~/.cache/offsetlake/jvm``; an archive is ~150 MB).
@@ -19,9 +22,12 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -137,7 +143,7 @@ def plan(env: Mapping[str, str], spark_home: Path, extra: str = "",
     return ArchivePlan(archive, writing=directory / f"spark-{key}.{os.getpid()}.tmp", lock=lock)
 
 
-_pending: list[tuple[ArchivePlan, object]] = []
+_pending: list[tuple[ArchivePlan, object, list[str]]] = []
 
 
 def abandon(archive_plan: ArchivePlan | None) -> None:
@@ -154,32 +160,96 @@ def abandon(archive_plan: ArchivePlan | None) -> None:
 
 
 def started(archive_plan: ArchivePlan | None, gateway_process) -> None:
-    """Remember a JVM that writes an archive at exit, to finish it (:func:`finish`)."""
+    """Remember a JVM that writes an archive at exit, with its command line (to check the
+    archive against), for :func:`finish`; without a command line there is nothing to
+    check it with, and the archive is given up."""
     if archive_plan is None or archive_plan.writing is None or gateway_process is None:
+        return
+    try:  # spark-submit execs the JVM: the gateway process is the JVM itself
+        with open(f"/proc/{gateway_process.pid}/cmdline", "rb") as fh:
+            command = [a.decode() for a in fh.read().split(b"\0") if a]
+    except OSError:
+        abandon(archive_plan)
         return
     if not _pending:
         atexit.register(finish)
-    _pending.append((archive_plan, gateway_process))
+    _pending.append((archive_plan, gateway_process, command))
 
 
-def finish(timeout: float = 120.0) -> None:
-    """Let each JVM that writes an archive exit (its stdin closes: pyspark's gateway exits on
-    that), wait for it, and publish the archive if the JVM exited cleanly.
+def finish() -> None:
+    """Let each JVM that writes an archive exit (pyspark's gateway exits when its stdin
+    closes) and leave its publication to a detached process (:func:`publish`), so no run
+    waits for the dump: a JVM spends ~20 s of CPU writing the archive at exit.
 
     Call after the SparkSession stopped; a no-op when no archive is being written.
     """
     while _pending:
-        archive_plan, process = _pending.pop()
+        archive_plan, process, command = _pending.pop()
         try:
+            order = archive_plan.writing.with_suffix(".json")
+            order.write_text(json.dumps({"pid": process.pid, "command": command,
+                                         "writing": str(archive_plan.writing),
+                                         "archive": str(archive_plan.archive),
+                                         "lock": str(archive_plan.lock)}))
+            subprocess.Popen([sys.executable, "-m", "pipelines.jvm_cache", str(order)],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
             if process.stdin is not None:
                 process.stdin.close()
-            code = process.wait(timeout=timeout)
-            if code == 0 and archive_plan.writing.is_file():
-                os.replace(archive_plan.writing, archive_plan.archive)
-                log.debug("JVM class archive written: %s", archive_plan.archive)
         except Exception as exc:  # a cache: never the reason a run fails
             log.debug("JVM class archive not written: %s", exc)
-        finally:
-            archive_plan.writing.unlink(missing_ok=True)
-            if archive_plan.lock is not None:
-                archive_plan.lock.unlink(missing_ok=True)
+            abandon(archive_plan)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"  # a zombie has exited
+    except (OSError, IndexError):
+        return False
+
+
+def check_command(command: list[str], archive: Path) -> list[str]:
+    """The JVM's own options and class path (everything before its main class), checking
+    ``archive`` against them (``-XX:+PrintSharedArchiveAndExit`` prints "archive is valid" for
+    one it can map; a damaged one crashes it or is refused), running nothing."""
+    options, i = [], 1
+    while i < len(command) and command[i].startswith("-") \
+            and command[i] not in ("-version", "--version", "-jar", "-m", "--module"):
+        taking_value = command[i] in ("-cp", "-classpath", "--class-path", "--add-modules",
+                                      "--module-path", "-p")
+        options += command[i:i + 2] if taking_value else [command[i]]
+        i += 2 if taking_value else 1
+    options = [o for o in options if not o.startswith(("-XX:ArchiveClassesAtExit=",
+                                                       "-XX:SharedArchiveFile=", "-Xshare:"))]
+    return [command[0], *options, "-Xshare:on", f"-XX:SharedArchiveFile={archive}",
+            "-XX:+PrintSharedArchiveAndExit", "-XX:ErrorFile=/dev/null",
+            "-XX:-CreateCoredumpOnCrash", "-version"]
+
+
+def publish(order_file: Path, timeout: float = 900.0) -> bool:
+    """Wait for the JVM of ``order_file`` to exit, then publish the archive it wrote if a
+    JVM with the same options maps it cleanly (a partial archive crashes the JVM that maps
+    it). Returns whether it published; always releases the lock and the temporary files."""
+    order = json.loads(order_file.read_text())
+    writing, archive = Path(order["writing"]), Path(order["archive"])
+    try:
+        deadline = time.monotonic() + timeout
+        while _running(order["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _running(order["pid"]) or not writing.is_file():
+            return False
+        check = subprocess.run(check_command(order["command"], writing), capture_output=True,
+                               cwd=writing.parent, timeout=120)
+        if check.returncode != 0 or b"archive is valid" not in check.stdout:
+            return False
+        os.replace(writing, archive)
+        return True
+    finally:
+        writing.unlink(missing_ok=True)
+        Path(order["lock"]).unlink(missing_ok=True)
+        order_file.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    publish(Path(sys.argv[1]))

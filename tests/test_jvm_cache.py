@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -120,9 +121,14 @@ def test_a_real_local_jvm_writes_the_archive_once_and_the_next_one_maps_it(tmp_p
     first = probe()
     writing = [a for a in first["args"] if a.startswith("-XX:ArchiveClassesAtExit=")]
     assert len(writing) == 1 and writing[0].endswith(".tmp")
+    deadline = time.monotonic() + 240  # published by a detached process once the JVM is gone
+    while (list(cache.glob("*.lock")) or not list(cache.glob("*.jsa"))) \
+            and time.monotonic() < deadline:
+        time.sleep(0.5)
     archives = sorted(cache.glob("*.jsa"))
     assert len(archives) == 1 and archives[0].stat().st_size > 1_000_000
     assert not list(cache.glob("*.tmp")) and not list(cache.glob("*.lock"))
+    assert not list(cache.glob("*.json"))
 
     second = probe()
     assert f"-XX:SharedArchiveFile={archives[0]}" in second["args"]
@@ -157,3 +163,56 @@ def test_spark_python_drops_only_zips_that_hold_the_installed_version(tmp_path: 
     args, imported, pythonpath, executable = json.loads(out.stdout)
     assert args == ["a b", "-m"] and executable == sys.executable
     assert imported == str(Path(pyspark.__file__)) and pythonpath == str(other / "x")
+
+
+def _java_writing_archive(tmp_path: Path, name: str) -> tuple[list[str], Path]:
+    """A real, small JVM that wrote a dynamic archive at exit: (its command line, the archive)."""
+    java = shutil.which("java")
+    classes = tmp_path / "classes"
+    classes.mkdir(exist_ok=True)
+    archive = tmp_path / f"{name}.tmp"
+    command = [str(java), "-cp", str(classes), f"-XX:ArchiveClassesAtExit={archive}",
+               "-Xlog:disable", "-version"]
+    subprocess.run(command, capture_output=True, check=True, timeout=120)
+    return command, archive
+
+
+def _order(tmp_path: Path, command: list[str], writing: Path) -> Path:
+    lock = tmp_path / "spark-key.lock"
+    lock.write_text("")
+    order = tmp_path / "order.json"
+    gone = 2 ** 22 + 1  # above Linux's largest pid: a JVM that has exited
+    order.write_text(json.dumps({"pid": gone, "command": command,
+                                 "writing": str(writing), "archive": str(tmp_path / "spark-key.jsa"),
+                                 "lock": str(lock)}))
+    return order
+
+
+def test_publish_takes_a_sound_archive_and_refuses_a_truncated_one(tmp_path: Path) -> None:
+    command, writing = _java_writing_archive(tmp_path, "sound")
+    assert writing.stat().st_size > 0
+    order = _order(tmp_path, command, writing)
+    assert jvm_cache.publish(order) is True
+    assert (tmp_path / "spark-key.jsa").is_file()
+    assert not writing.exists() and not order.exists() and not (tmp_path / "spark-key.lock").exists()
+
+    (tmp_path / "spark-key.jsa").unlink()
+    command, writing = _java_writing_archive(tmp_path, "cut")
+    data = writing.read_bytes()
+    writing.write_bytes(data[: len(data) // 2])  # what a JVM killed mid-dump leaves
+    order = _order(tmp_path, command, writing)
+    assert jvm_cache.publish(order) is False
+    assert not (tmp_path / "spark-key.jsa").exists()  # a JVM mapping it would crash
+    assert not writing.exists() and not (tmp_path / "spark-key.lock").exists()
+    assert not list(tmp_path.glob("hs_err*")) and not list(Path.cwd().glob("hs_err*"))
+
+
+def test_the_check_keeps_the_jvm_options_and_drops_its_main_class() -> None:
+    command = ["/j/bin/java", "-cp", "/a:/b/*", "-XX:TieredStopAtLevel=1",
+               "-XX:ArchiveClassesAtExit=/c/x.tmp", "--add-modules=jdk.incubator.vector",
+               "-Xmx4g", "org.apache.spark.deploy.SparkSubmit", "--conf", "a=b", "pyspark-shell"]
+    assert jvm_cache.check_command(command, Path("/c/x.tmp")) == [
+        "/j/bin/java", "-cp", "/a:/b/*", "-XX:TieredStopAtLevel=1",
+        "--add-modules=jdk.incubator.vector", "-Xmx4g", "-Xshare:on",
+        "-XX:SharedArchiveFile=/c/x.tmp", "-XX:+PrintSharedArchiveAndExit",
+        "-XX:ErrorFile=/dev/null", "-XX:-CreateCoredumpOnCrash", "-version"]
