@@ -127,11 +127,25 @@ class _Replay:
             if r["group_type"] in ("consumer", "streams") and r["client_id"] is None
             and _key(r) not in self.open_by_key}
         self.changed: dict[GenKey, dict[str, Any]] = {}
+        # indexes, so one record costs what its group's rows cost, not the whole batch's:
+        # the open keys of each group (in open_by_key's order), and the rows of each
+        # (group, member) still waiting for the member's metadata
+        self.open_by_group: dict[str, dict[GenKey, None]] = {}
+        self.waiting: dict[tuple[str, str], list[tuple[GenKey, dict[str, Any]]]] = {}
+        for key, row in self.open_by_key.items():
+            self.open_by_group.setdefault(key[0], {})[key] = None
+            self._wait(key, row)
+        for key, row in self.unfilled.items():
+            self._wait(key, row)
+
+    def _wait(self, key: GenKey, row: dict[str, Any]) -> None:
+        if row["group_type"] in ("consumer", "streams") and row["client_id"] is None:
+            self.waiting.setdefault((key[0], key[2]), []).append((key, row))
 
     def apply(self, group_id: str, rec: LatestRecord) -> None:
         """One group record, in log order."""
         open_by_key, members = self.open_by_key, self.members
-        in_group = [k for k in open_by_key if k[0] == group_id]
+        in_group = list(self.open_by_group.get(group_id, ()))
         if rec.record_type == 2:
             new = {} if rec.is_tombstone else _classic_rows(group_id, rec)
             self.close([k for k in in_group if open_by_key[k]["group_type"] == "classic" and k not in new], rec)
@@ -165,16 +179,19 @@ class _Replay:
     def fill(self, group_id: str, member_id: str, info: dict[str, Any]) -> None:
         """A member's metadata record fills the KIP-848 rows opened before it."""
         attrs = _member_attrs(info)
-        for rows in (self.open_by_key, self.changed, self.unfilled):
-            for key, row in list(rows.items()):
-                if key[0] == group_id and key[2] == member_id and row["group_type"] in ("consumer", "streams") \
-                        and row["client_id"] is None:
-                    row.update(attrs, updated_at=self.updated_at)
-                    self.changed[key] = self.open_by_key.get(key, row)
+        waiting = self.waiting.pop((group_id, member_id), [])
+        for key, row in waiting:
+            if row["client_id"] is None:
+                row.update(attrs, updated_at=self.updated_at)
+                self.changed[key] = self.open_by_key.get(key, row)
+        still = [(key, row) for key, row in waiting if row["client_id"] is None]
+        if still:  # metadata without a client id: the rows wait for the next record
+            self.waiting[(group_id, member_id)] = still
 
     def close(self, keys: list[GenKey], rec: LatestRecord) -> None:
         for key in keys:
             row = self.open_by_key.pop(key)
+            del self.open_by_group[key[0]][key]
             row.update(valid_to=rec.record_timestamp, valid_to_offset=rec.offset, updated_at=self.updated_at)
             self.changed[key] = row
 
@@ -188,4 +205,6 @@ class _Replay:
                    "valid_from_offset": rec.offset, "valid_to_offset": None,
                    "offsets_partition": rec.offsets_partition, "updated_at": self.updated_at}
             self.open_by_key[key] = row
+            self.open_by_group.setdefault(key[0], {})[key] = None
             self.changed[key] = row
+            self._wait(key, row)
