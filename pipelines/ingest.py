@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from pipelines.history.parts import HistoryPart, combined_state, history_part
 from pipelines.history.spark_writes import write_history_with_spark
-from pipelines.history.tables import HISTORY_TABLES
+from pipelines.history.tables import HISTORY_TABLES, no_cyclic_gc
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, make_engine
 from pipelines.lake.location import LakeLocation, lake_location
@@ -213,11 +213,14 @@ def commit_batch(engine: DeltaEngine, parts: list[HistoryPart], batch_id: int, a
         if written:
             wrote = True
             report.rows[name] += rows
-    state = combined_state(parts)
-    for table, n in apply_state(engine, state, app_id, batch_id, now).items():
+    with no_cyclic_gc():
+        state = combined_state(parts)
+        state_rows = apply_state(engine, state, app_id, batch_id, now)
+        audit_rows = audit_batch(engine, state, app_id, batch_id, now)  # after the state
+    for table, n in state_rows.items():
         wrote = True
         report.rows[table] += n
-    for table, n in audit_batch(engine, state, app_id, batch_id, now).items():  # after the state
+    for table, n in audit_rows.items():
         wrote = True
         report.rows[table] += n
     if progressed := record_progress(engine, app_id, batch_id, now):  # reconcile reads it
@@ -251,7 +254,9 @@ def history_parts_on_executors(df, batch_id: int, now: datetime, lake: Path | st
             part = history_part(raw, batch_id, now, lake_dir, tables)
             yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(part)], pa.binary())], names=["part"])
 
-    return [pickle.loads(row.part) for row in df.mapInArrow(task, "part binary").collect()]
+    rows = df.mapInArrow(task, "part binary").collect()
+    with no_cyclic_gc():  # the parts hold the batch's decoded group records
+        return [pickle.loads(row.part) for row in rows]
 
 
 def open_stream(spark, cfg: IngestConfig):

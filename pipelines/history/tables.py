@@ -116,18 +116,20 @@ def _decode_deferred(raw: pa.Table, deferred: np.ndarray, ingested_at: datetime,
     The raw columns of the kept rows go to ``group_metadata`` as Arrow takes."""
     sub = raw.select(["cluster_id", "offsets_partition", "offset", "timestamp", "key",
                       "value"]).take(pa.array(deferred))
-    with _no_cyclic_gc():
+    with no_cyclic_gc():
         return _decode_group_rows(sub, ingested_at, group_rows, group_records)
 
 
 @contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused while group records are decoded.
+def no_cyclic_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused while group records are decoded (here) and while
+    the driver folds a batch's decoded records into the state (``pipelines.ingest``).
 
     Why: decoding builds millions of small dicts and lists that all stay alive (they are the
     output); each allocation burst made the collector walk them again and again, half the
-    CPU of a group-heavy batch. Decoded records hold no reference cycles, so nothing is
-    left for the collector; reference counting frees everything as before."""
+    CPU of a group-heavy batch (and a quarter of the driver's state step). Decoded records
+    hold no reference cycles, so nothing is left for the collector; reference counting
+    frees everything as before, and the collector runs again afterwards."""
     enabled = gc.isenabled()
     gc.disable()
     try:
