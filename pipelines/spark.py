@@ -265,7 +265,8 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
         os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
             [settings.submit_opts, *([archive.java_options] if archive else [])])
     try:
-        spark = builder.getOrCreate()
+        with jvm_cache.own_output(archive):
+            spark = builder.getOrCreate()
     except BaseException:
         jvm_cache.abandon(archive)
         raise

@@ -99,6 +99,7 @@ maps = open(f"/proc/{pid}/maps").read()
 args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
 worker = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("pyspark").__file__).collect()
 print(json.dumps({"args": args, "mapped": [a for a in set(maps.split()) if a.endswith(".jsa")],
+                  "jvm_pid": pid,
                   "python": spark.sparkContext.pythonExec, "worker_pyspark": worker[0]}))
 spark.stop()
 """
@@ -121,6 +122,10 @@ def test_a_real_local_jvm_writes_the_archive_once_and_the_next_one_maps_it(tmp_p
     first = probe()
     writing = [a for a in first["args"] if a.startswith("-XX:ArchiveClassesAtExit=")]
     assert len(writing) == 1 and writing[0].endswith(".tmp")
+    # the caller read the command's output to its end without waiting for the JVM's dump
+    # (seconds of work after the command): that JVM still runs, nothing is published yet
+    assert Path(f"/proc/{first['jvm_pid']}").exists()
+    assert list(cache.glob("*.lock")) and not list(cache.glob("*.jsa"))
     deadline = time.monotonic() + 240  # published by a detached process once the JVM is gone
     while (list(cache.glob("*.lock")) or not list(cache.glob("*.jsa"))) \
             and time.monotonic() < deadline:
