@@ -161,6 +161,24 @@ def test_group_history_equals_the_old_path_with_damaged_records_and_spark_timest
     assert "parse_error" in statuses
 
 
+def test_repeated_records_decode_as_if_alone(generated: dict[str, Path]) -> None:
+    """Identical key and value bytes decode once per batch and share one record: the same
+    rows as the old path when good and damaged records (bad keys included) each recur at
+    several places of a batch, and no row's record leaks into another's."""
+    raw = _raw(generated["heavy"]).slice(0, 2000)
+    bad = [kv for key, value in _group_samples(generated)[:3] for kv in _damaged(key, value)[:40]]
+    bad += [(b"\x00\x05\xff", v) for _, v in bad[:5]]  # a key that does not parse, repeated
+    extra = raw.slice(0, len(bad)).set_column(
+        raw.schema.get_field_index("key"), "key", pa.array([k for k, _ in bad], pa.binary()))
+    extra = extra.set_column(extra.schema.get_field_index("value"), "value",
+                             pa.array([v for _, v in bad], pa.binary()))
+    mixed = pa.concat_tables([raw, extra, raw.slice(0, 500), extra])
+    _check_history(mixed)
+    keys = mixed.column("key").to_pylist()
+    values = mixed.column("value").to_pylist()
+    assert len(set(zip(keys, values, strict=True))) < len(keys)
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_build_history_leaves_the_garbage_collector_as_it_found_it(
         enabled: bool, generated: dict[str, Path]) -> None:

@@ -80,16 +80,28 @@ def decode_value(fmt: RecordFormat, value: bytes) -> tuple[int, dict[str, Any] |
     return version, fields
 
 
-def decode_record(key: bytes | None, value: bytes | None, is_control: bool = False) -> DecodedRecord:
-    """Decode one record; never raises."""
+def decode_record(key: bytes | None, value: bytes | None, is_control: bool = False,
+                  keys: dict[bytes, Any] | None = None) -> DecodedRecord:
+    """Decode one record; never raises.
+
+    ``keys``, when given, memoizes decoded keys by their bytes for a caller decoding many
+    records (a group's keys repeat: one per member and record type); the decoded key
+    fields are then shared between records and must be treated as read-only."""
     if is_control:
         return DecodedRecord(None, "ControlRecord", None, None, None, CONTROL)
     if key is None:
         return DecodedRecord(None, None, None, None, None, PARSE_ERROR, "record has no key")
-    try:
-        record_type, fmt, key_fields = decode_key(key)
-    except WireError as exc:
-        return DecodedRecord(None, None, None, None, None, PARSE_ERROR, f"key: {exc}")
+    decoded = None if keys is None else keys.get(key)
+    if decoded is None:
+        try:
+            decoded = decode_key(key)
+        except WireError as exc:
+            decoded = exc
+        if keys is not None:
+            keys[key] = decoded
+    if isinstance(decoded, WireError):
+        return DecodedRecord(None, None, None, None, None, PARSE_ERROR, f"key: {decoded}")
+    record_type, fmt, key_fields = decoded
     if fmt is None:
         return DecodedRecord(
             record_type, None, None, None, None, UNKNOWN_TYPE, f"unknown record type {record_type}"

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -141,9 +142,19 @@ def no_cyclic_gc() -> Iterator[None]:
 
 def _decode_group_rows(sub: pa.Table, ingested_at: datetime, group_rows: list[pa.Table],
                        group_records: list[GroupRecord]) -> tuple[list, list, list]:
-    """:func:`_decode_deferred` on the deferred rows' raw columns."""
-    recs = [decode_record(k, v) for k, v in zip(sub.column("key").to_pylist(),
-                                                   sub.column("value").to_pylist(), strict=True)]
+    """:func:`_decode_deferred` on the deferred rows' raw columns.
+
+    Identical (key, value) byte pairs are decoded once and share one read-only record:
+    group records repeat (a key per member and record type, and values that hold no group
+    id, such as an epoch or a member's metadata, recur across groups and rejoins)."""
+    memo: dict[tuple[bytes, bytes | None], DecodedRecord] = {}
+    keys: dict[bytes, Any] = {}
+    recs = []
+    for pair in zip(sub.column("key").to_pylist(), sub.column("value").to_pylist(), strict=True):
+        rec = memo.get(pair)
+        if rec is None:
+            rec = memo[pair] = decode_record(pair[0], pair[1], keys=keys)
+        recs.append(rec)
     d_type = [r.record_type for r in recs]
     d_status = [r.decode_status for r in recs]
     d_error = [r.decode_error for r in recs]
@@ -260,11 +271,23 @@ def _group_metadata_table(recs: list[DecodedRecord], group_ids: list[str], subke
         "members": [[_classic_member(m) for m in v.get("members") or ()]
                     if r.record_type == 2 and r.value is not None else None
                     for r, v in zip(recs, vals, strict=True)],
-        "value_json": [dumps(r.value) if r.value is not None else None for r in recs],
+        "value_json": _value_json(recs),
         "decode_status": [r.decode_status for r in recs],
     }
     schema = contract("group_metadata").arrow_schema
     return pa.table([_column(columns[f.name], f.type) for f in schema], schema=schema)
+
+
+def _value_json(recs: list[DecodedRecord]) -> list[str | None]:
+    """Each record's value as JSON, written once per distinct (shared) record."""
+    texts: dict[int, str | None] = {}
+    out = []
+    for r in recs:
+        text = texts.get(id(r), texts)
+        if text is texts:
+            text = texts[id(r)] = None if r.value is None else dumps(r.value)
+        out.append(text)
+    return out
 
 
 def _column(values: list | pa.ChunkedArray, arrow_type: pa.DataType) -> pa.Array | pa.ChunkedArray:
