@@ -251,8 +251,11 @@ def history_parts_on_executors(df, batch_id: int, now: datetime, lake: Path | st
         batches = [b for b in batches if b.num_rows]
         raw = unpacked(pa.Table.from_batches(batches)) if batches else None
         if raw is not None and raw.num_rows:
-            part = history_part(raw, batch_id, now, lake_dir, tables)
-            yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(part)], pa.binary())], names=["part"])
+            # the collector paused while the part's group records are built and pickled: it
+            # kept walking them (pickling a 204k-record group-heavy part: 0.8 -> 0.3 s CPU)
+            with no_cyclic_gc():
+                cell = pickle.dumps(history_part(raw, batch_id, now, lake_dir, tables))
+            yield pa.RecordBatch.from_arrays([pa.array([cell], pa.binary())], names=["part"])
 
     rows = df.mapInArrow(task, "part binary").collect()
     with no_cyclic_gc():  # the parts hold the batch's decoded group records

@@ -10,6 +10,7 @@ Nothing here imports another ``pipelines`` module.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,29 @@ class StateInput:
     #: the batch: where the commit audit (pipelines.state.audit) reads the batch back from
     #: the history; None when built without it.
     commit_ranges: pa.Table | None = None
+
+    def __getstate__(self) -> tuple:
+        """Pickled with the group records as columns (a list per field), not as objects.
+
+        Why: a batch's state input crosses from each Spark task to the driver pickled, and
+        two objects per record cost more than their fields (a 204k-record group-heavy
+        batch, 84k group records, collector paused: 0.48 -> 0.37 s CPU to write, 0.33 ->
+        0.29 s to read, 15.1 -> 14.1 MB). Values that several records share stay shared:
+        they are one pickle's memo."""
+        recs = self.group_records
+        latest = [g.record for g in recs]
+        columns = ([g.cluster_id for g in recs], [g.group_id for g in recs],
+                   *([getattr(r, name) for r in latest] for name in _LATEST_FIELDS))
+        return self.offset_commits, self.commit_ranges, columns
+
+    def __setstate__(self, state: tuple) -> None:
+        self.offset_commits, self.commit_ranges, (clusters, groups, *latest) = state
+        self.group_records = [GroupRecord(c, g, LatestRecord(*fields))
+                              for c, g, *fields in zip(clusters, groups, *latest, strict=True)]
+
+
+#: LatestRecord's fields in its constructor's order (StateInput's pickled columns).
+_LATEST_FIELDS = tuple(f.name for f in dataclass_fields(LatestRecord))
 
 
 def log_order(table: pa.Table) -> np.ndarray | None:

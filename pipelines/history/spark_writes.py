@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.history.parts import HistoryPart
-from pipelines.history.tables import HISTORY_TABLES, build_history
+from pipelines.history.tables import HISTORY_TABLES, build_history, no_cyclic_gc
 from pipelines.lake.contracts import contract
 from pipelines.model import StateInput
 from pipelines.sources.raw import unpacked
@@ -77,6 +77,12 @@ def _ipc(table: pa.Table) -> bytes:
 def decode_cells(raw: pa.Table, batch_id: int, ingested_at: datetime,
                  tables: tuple[str, ...] = HISTORY_TABLES) -> pa.RecordBatch:
     """One task's raw records as cells: one per non-empty history table, one summary."""
+    with no_cyclic_gc():  # see history_parts_on_executors in pipelines.ingest
+        return _decode_cells(raw, batch_id, ingested_at, tables)
+
+
+def _decode_cells(raw: pa.Table, batch_id: int, ingested_at: datetime,
+                  tables: tuple[str, ...]) -> pa.RecordBatch:
     history = build_history(raw, batch_id, ingested_at)
     names, cells = [], []
     rows = {}
@@ -127,7 +133,8 @@ def summaries(cells_df) -> list[TaskSummary]:
     from pyspark.sql import functions as F
 
     rows = cells_df.where(F.col(TABLE) == STATE).select(DATA).collect()
-    return [pickle.loads(r[DATA]) for r in rows]
+    with no_cyclic_gc():
+        return [pickle.loads(r[DATA]) for r in rows]
 
 
 def table_frame(cells_df, table: str):
