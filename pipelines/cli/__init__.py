@@ -81,6 +81,23 @@ def _user_facing(exc: BaseException) -> str | None:
     return None
 
 
+def _release_accumulator_server(context) -> None:
+    """Let ``SparkContext.stop`` skip the driver's accumulator server: the process ends next.
+
+    Why: stopping it waits for its request handler, which polls the JVM's connection once a
+    second (pyspark.accumulators), so every command paid 0-1 s after its work was done
+    (measured: 0.75 s of a 10 s ingest). Its thread is a daemon that ends with the process;
+    a Unix-socket server's socket file is removed here, as its own shutdown would."""
+    server = getattr(context, "_accumulatorServer", None)
+    if server is None:
+        return
+    server.server_shutdown = True  # the handler's loop stops at its next poll
+    context._accumulatorServer = None
+    address = getattr(server, "server_address", None)
+    if isinstance(address, str) and os.path.exists(address):
+        os.remove(address)
+
+
 def run(argv: Sequence[str] | None = None) -> NoReturn:
     """The console and spark-submit entry point: :func:`main`, then a clean, sure exit.
 
@@ -96,6 +113,7 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
 
         session = SparkSession.getActiveSession()
         if session is not None:
+            _release_accumulator_server(session.sparkContext)
             session.stop()
     if "pipelines.jvm_cache" in sys.modules:  # a first run's JVM writes its class archive
         from pipelines import jvm_cache
