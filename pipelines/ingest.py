@@ -279,7 +279,8 @@ def open_stream(spark, cfg: IngestConfig):
                 .option("packed", "true")
                 .option("index_cache_dir", str(cfg.checkpoint_dir / "segment_index"))
                 .option("cluster_id", cfg.cluster_id)
-                .option("max_records_per_batch", str(cfg.max_records_per_batch)).load())
+                .option("max_records_per_batch", str(cfg.max_records_per_batch))
+                .option("max_tasks", str(_cores(spark))).load())
     if cfg.source == "kafka":
         from pipelines.sources.kafka import spark_source
 
@@ -302,6 +303,15 @@ def open_stream(spark, cfg: IngestConfig):
                                            cfg.max_records_per_batch, cfg.kafka_options,
                                            allow_data_loss=cfg.allow_data_loss)
     raise ValueError(f"unknown source {cfg.source!r}; choose one of {', '.join(SOURCES)}")
+
+
+def _cores(spark) -> int:
+    """The session's cores (Spark's default parallelism): at most this many tasks per
+    micro-batch of the segments source, fewer for small batches (``task_count``)."""
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # a session without a SparkContext (Spark Connect): the source's default
+        return 8
 
 
 def index_ahead(cfg: IngestConfig) -> threading.Thread | None:

@@ -29,6 +29,7 @@ from pipelines.sources.segments.index import (
     read_regions,
     split_ranges,
 )
+from pipelines.sources.segments.spark_source import MIN_TASK_RECORDS, SegmentPlanner, task_count
 
 
 def _idx(offsets: list[int]) -> PartitionIndex:
@@ -118,6 +119,36 @@ def test_split_ranges_keeps_every_core_busy_on_one_busy_partition() -> None:
     assert busy[0][0] == 100 and busy[-1][1] == 900  # the rows of [100, 900): no gap, no overlap
     assert all(a[1] == b[0] for a, b in itertools.pairwise(busy))
     assert split_ranges(indexes, {"busy": 1000, "quiet": 3}, {"busy": 1000, "quiet": 3}, tasks=4) == []
+
+
+def test_task_count_follows_the_batch_size() -> None:
+    assert task_count(0, 8) == 1 and task_count(1, 8) == 1
+    assert task_count(MIN_TASK_RECORDS, 8) == 1
+    assert task_count(MIN_TASK_RECORDS + 1, 8) == 2
+    assert task_count(10 * MIN_TASK_RECORDS, 8) == 8  # never more than the cores
+    assert task_count(10 * MIN_TASK_RECORDS, 2) == 2
+    assert task_count(500, 8, min_task_records=100) == 5
+
+
+@pytest.mark.parametrize(("min_task_records", "max_tasks", "expected"),
+                         [(10**9, 8, 1), (1000, 8, None), (1000, 2, 2), (1, 64, None)])
+def test_planned_tasks_follow_the_batch_size_and_read_every_record_once(
+        rolled_demo: Path, min_task_records: int, max_tasks: int, expected: int | None) -> None:
+    """A micro-batch is cut into one task per ``min_task_records`` (at most ``max_tasks``),
+    and the tasks' ranges still read every record of the batch exactly once."""
+    planner = SegmentPlanner({"path": str(rolled_demo), "cluster_id": "c",
+                              "max_tasks": str(max_tasks), "min_task_records": str(min_task_records)})
+    end = planner._latest({}, None, None)
+    ranges = planner._task_ranges({}, end)
+    total = sum(r[5] for task in ranges for r in task)
+    pieces = split_ranges(planner._indexes, {}, end, max_tasks)  # what tasks are packed from
+    assert len(ranges) == (expected or min(len(pieces), task_count(total, max_tasks, min_task_records)))
+    assert expected or 2 < len(ranges) <= max_tasks
+    got = pa.concat_tables(pa.Table.from_batches(list(planner._read_raw(task))) for task in ranges)
+    full = pa.concat_tables([emitted_table(p.segments, "c") for p in find_segments(rolled_demo)])
+    order = [("offsets_partition", "ascending"), ("offset", "ascending")]
+    assert got.num_rows == total == full.num_rows
+    assert got.cast(full.schema).sort_by(order).equals(full.sort_by(order))
 
 
 @pytest.mark.spark
