@@ -391,8 +391,8 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
     query = writer.start()
     try:
         while query.isActive or not handoff.empty():
-            try:
-                df, batch_id, done, outcome = handoff.get(timeout=0.2)
+            try:  # a short poll: the query's end is noticed here, after its last batch
+                df, batch_id, done, outcome = handoff.get(timeout=0.05)
             except queue.Empty:
                 continue
             log.debug("batch %d handed over %.2fs after the query started", batch_id,
