@@ -1,0 +1,50 @@
+"""``key_ids`` (pipelines.state.attribution), the integer keys of the audit's vectorized joins:
+equal keys get equal ids in every table, different keys different ids (values holding the
+old join separator included), numbered by first appearance, whatever the column widths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from pipelines.state.attribution import key_ids
+
+
+def _expected(*tables: list[tuple]) -> list[list[int]]:
+    """The ids by definition: first appearance over the tables' rows in order."""
+    seen: dict[tuple, int] = {}
+    return [[seen.setdefault(row, len(seen)) for row in rows] for rows in tables]
+
+
+def _columns(rows: list[tuple], types: list[pa.DataType]) -> list[pa.ChunkedArray]:
+    return [pa.chunked_array([pa.array([r[i] for r in rows], t)]) for i, t in enumerate(types)]
+
+
+def test_equal_keys_equal_ids_across_tables_by_first_appearance() -> None:
+    a = [("c", "g1", "t", 0), ("c", "g2", "t", 0), ("c", "g1", "t", 0), ("c", "g1", "t", 1)]
+    b = [("c", "g1", "t", 1), ("c", "g3", "t", 0), ("d", "g1", "t", 0)]
+    types = [pa.string(), pa.string(), pa.string(), pa.int32()]
+    b_types = [pa.large_string(), pa.string(), pa.string(), pa.int64()]  # other widths, same keys
+    got = key_ids(_columns(a, types), _columns(b, b_types))
+    assert [g.tolist() for g in got] == _expected(a, b)
+    assert all(g.dtype == np.int64 for g in got)
+
+
+def test_values_holding_a_separator_do_not_collide() -> None:
+    rows = [("a\x1fb", "c"), ("a", "b\x1fc"), ("a\x1fb", "c")]
+    got = key_ids(_columns(rows, [pa.string(), pa.string()]))[0]
+    assert got.tolist() == [0, 1, 0]
+
+
+def test_nulls_are_one_more_value_and_one_table_works() -> None:
+    rows = [("x", None), ("x", 1), ("x", None), (None, 1)]
+    got = key_ids(_columns(rows, [pa.string(), pa.int32()]))[0]
+    assert got.tolist() == _expected(rows)[0]
+
+
+def test_many_keys_do_not_overflow() -> None:
+    rng = np.random.default_rng(7)
+    rows = [(f"g{a}", f"t{b}", int(c), f"m{d}") for a, b, c, d in
+            rng.integers(0, 3000, size=(20_000, 4))]
+    got = key_ids(_columns(rows, [pa.string(), pa.string(), pa.int32(), pa.string()]))[0]
+    assert got.tolist() == _expected(rows)[0]
