@@ -193,3 +193,29 @@ def test_index_cache_gives_the_same_index_and_reads_no_log_twice(rolled_demo: Pa
     cache.keep(plogs[0].segments)  # the other partitions' files are gone
     cache.prune()
     assert len(list((tmp_path / "cache").glob("*.parquet"))) == len(plogs[0].segments)
+
+
+def test_spark_planner_processes_unpickle_the_source_without_the_reader(tmp_path: Path) -> None:
+    """Spark starts a Python process to create the data source and one to plan each read,
+    one after the other before any record is read: the classes they unpickle (and the
+    reader they build) must not pull in the segment reader, numpy or pyarrow (~0.2 s each)."""
+    import subprocess
+    import sys
+
+    from pyspark import cloudpickle
+
+    from pipelines.sources.segments import spark_source
+
+    blob = tmp_path / "source.pickle"
+    blob.write_bytes(cloudpickle.dumps(spark_source._spark_classes()))
+    code = (
+        "import pickle, sys\n"
+        f"cls = pickle.loads(open({str(blob)!r}, 'rb').read())\n"
+        f"source = cls({{'path': {str(tmp_path)!r}, 'index_cache_dir': {str(tmp_path / 'c')!r}}})\n"
+        "reader = source.streamReader(None)\n"
+        "heavy = [m for m in ('pyarrow', 'numpy', 'pipelines.sources.segments.index',\n"
+        "                     'pipelines.sources.record_batches.arrow_reader') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
