@@ -38,8 +38,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import kafka.errors as Errors
-
 from pipelines.redaction import is_secret_key, redact, register_secret
 
 log = logging.getLogger(__name__)
@@ -313,6 +311,8 @@ def _validate(cfg: dict[str, Any], defaults: Mapping[str, Any]) -> None:
 def describe_refusal(exc: BaseException, config: Mapping[str, Any]) -> str | None:
     """One line naming a definite authentication/TLS refusal; None for anything else
     (e.g. a refused TCP connection: retrying may help)."""
+    import kafka.errors as Errors  # here, not at import: kafka-python costs ~0.1 s to import
+
     mechanism = config.get("sasl_mechanism")
     user = config.get("sasl_plain_username")
     text = redact(str(exc)).replace("\n", " ")
@@ -349,6 +349,8 @@ def describe_refusal(exc: BaseException, config: Mapping[str, Any]) -> str | Non
 async def _probe_loop(manager: Any, deadline: float, config: Mapping[str, Any]) -> bool:
     """Connect to bootstrap servers until one connection completes (True), a definite refusal
     (raised), or the deadline (False)."""
+    import kafka.errors as Errors
+
     net = manager._net
     while time.monotonic() < deadline:
         waited = False

@@ -696,3 +696,28 @@ def test_ingest_through_kafka_equals_the_brokers_offset_fetch(
     assert report.batches >= 4
     assert report.statuses["control"] == 7  # the COMMIT/ABORT markers, kept for the audit
     assert lake_offsets(lake) == live_offsets(scenario_a)
+
+
+def test_spark_planner_processes_unpickle_the_source_without_the_client(tmp_path: Path) -> None:
+    """Spark starts a Python process to create the data source (and one to plan each read)
+    before any record is read: unpickling the source's class and creating it loads neither
+    kafka-python nor pyarrow nor numpy (~0.27 s of every Kafka run's start, one after the
+    other)."""
+    import subprocess
+    import sys
+
+    from pyspark import cloudpickle
+
+    from pipelines.sources.kafka.spark_source import KafkaConsumerOffsetsDataSource
+
+    blob = tmp_path / "source.pickle"
+    blob.write_bytes(cloudpickle.dumps(KafkaConsumerOffsetsDataSource))
+    code = (
+        "import pickle, sys\n"
+        f"cls = pickle.loads(open({str(blob)!r}, 'rb').read())\n"
+        "source = cls({'bootstrap_servers': '127.0.0.1:1', 'packed': 'true'})\n"
+        "assert cls.name() == 'offsetlake-kafka'\n"
+        "print([m for m in ('kafka', 'pyarrow', 'numpy') if m in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from kafka import KafkaConsumer
-
 from pipelines.kafka_options import KafkaOptionError, normalize, parse_bool
 from pipelines.redaction import redact_mapping
 from pipelines.sources.kafka.errors import KafkaSourceConfigError
@@ -69,6 +67,8 @@ def client_config(settings: Mapping[str, Any]) -> dict[str, Any]:
         name = str(key).replace(".", "_")
         if name in _OWNED:
             raise KafkaSourceConfigError(f"kafka setting {name}: {_OWNED[name]}")
+    from kafka import KafkaConsumer  # here: Spark's planner processes import this module
+
     try:
         normalized = normalize(settings, KafkaConsumer.DEFAULT_CONFIG)
     except KafkaOptionError as exc:
