@@ -306,10 +306,14 @@ def open_stream(spark, cfg: IngestConfig):
 
 
 def _cores(spark) -> int:
-    """The session's cores (Spark's default parallelism): at most this many tasks per
-    micro-batch of the segments source, fewer for small batches (``task_count``)."""
+    """At most this many tasks per micro-batch of the segments source, fewer for small
+    batches (``task_count``): a local session's cores; on a cluster, its default parallelism
+    but never fewer than 8 (executors that have not registered yet when the query starts
+    are not counted in it, and the option holds for the whole run)."""
     try:
-        return max(1, int(spark.sparkContext.defaultParallelism))
+        context = spark.sparkContext
+        cores = max(1, int(context.defaultParallelism))
+        return cores if str(context.master).startswith("local") else max(cores, 8)
     except Exception:  # a session without a SparkContext (Spark Connect): the source's default
         return 8
 

@@ -219,3 +219,29 @@ def test_spark_planner_processes_unpickle_the_source_without_the_reader(tmp_path
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(("master", "parallelism", "expected"),
+                         [("local[2]", 2, 2), ("local[*]", 16, 16), ("local", 1, 1),
+                          ("spark://10.0.0.1:7077", 2, 8), ("spark://10.0.0.1:7077", 64, 64),
+                          ("yarn", 0, 8)])
+def test_tasks_per_batch_follow_the_sessions_cores(master: str, parallelism: int, expected: int) -> None:
+    """The ingest job caps the segments source's tasks at a local session's cores; on a
+    cluster never below 8, since executors may register after the query started."""
+    from types import SimpleNamespace
+
+    from pipelines.ingest import _cores
+
+    session = SimpleNamespace(sparkContext=SimpleNamespace(master=master, defaultParallelism=parallelism))
+    assert _cores(session) == expected
+
+
+def test_tasks_per_batch_without_a_spark_context() -> None:
+    from pipelines.ingest import _cores
+
+    class Connect:  # Spark Connect sessions have no SparkContext
+        @property
+        def sparkContext(self):
+            raise RuntimeError("not available in Spark Connect")
+
+    assert _cores(Connect()) == 8
