@@ -48,7 +48,7 @@ def build(work: Path, scale: int) -> tuple[Path, int]:
     return lake, records
 
 
-def _timed(repeat: int, fn: Callable[[], object]) -> tuple[float, float]:
+def best_of(repeat: int, fn: Callable[[], object]) -> tuple[float, float]:
     """Best wall and best CPU seconds of ``repeat`` calls."""
     walls, cpus = [], []
     for _ in range(repeat):
@@ -70,15 +70,24 @@ def measure(lake: Path, repeat: int, work: Path, report: bool = True) -> dict[st
         log.warning("the benchmark lake's reconciliation did not pass: %s", result.summary["classes"])
     n = result.reconciliation.num_partitions
     times = {
-        "reconcile": _timed(repeat, lambda: reconcile(engine, cluster_id=CLUSTER)),
-        "quality gate": _timed(repeat, lambda: run_quality_gate(
+        "reconcile": best_of(repeat, lambda: reconcile(engine, cluster_id=CLUSTER)),
+        "quality gate": best_of(repeat, lambda: run_quality_gate(
             engine, cluster_id=CLUSTER, num_partitions=n, data_docs=False)),
-        "reconcile + gate (CLI)": _timed(repeat, lambda: run_reconcile(
+        "reconcile + gate (CLI)": best_of(repeat, lambda: run_reconcile(
             lake, cluster_id=CLUSTER, data_docs=False)),
     }
     if report:
-        times["report"] = _timed(repeat, lambda: write_report(lake, work / "report.html"))
+        times["report"] = best_of(repeat, lambda: write_report(lake, work / "report.html"))
     return times
+
+
+def print_results(results: dict[int, dict[str, tuple[float, float]]], repeat: int) -> None:
+    """One row per measurement, one column per lake size (records)."""
+    names = next(iter(results.values())).keys()
+    print(f"{'best of ' + str(repeat):<26}" + "".join(f"{f'{r:,} records':>28}" for r in results))
+    for name in names:
+        print(f"{name:<26}" + "".join(
+            f"{f'{t[name][0]:.2f} s wall {t[name][1]:.2f} s CPU':>28}" for t in results.values()))
 
 
 def main() -> None:
@@ -97,12 +106,7 @@ def main() -> None:
         for scale in args.scale or [200, 2000]:
             lake, records = build(work, scale)
             results[records] = measure(lake, args.repeat, work, not args.no_report)
-        names = next(iter(results.values())).keys()
-        print(f"{'best of ' + str(args.repeat):<26}" + "".join(
-            f"{f'{r:,} records':>28}" for r in results))
-        for name in names:
-            print(f"{name:<26}" + "".join(
-                f"{f'{t[name][0]:.2f} s wall {t[name][1]:.2f} s CPU':>28}" for t in results.values()))
+        print_results(results, args.repeat)
 
 
 if __name__ == "__main__":

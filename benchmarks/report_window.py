@@ -25,11 +25,9 @@ import inspect
 import logging
 import shutil
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-from reconcile_incremental import build
+from reconcile_incremental import best_of, build, print_results
 
 TIME_LAID_TABLES = ("offset_commits", "commit_attribution")
 
@@ -48,24 +46,13 @@ def time_laid(work: Path, scale: int) -> tuple[Path, int]:
     return laid, records
 
 
-def _timed(repeat: int, fn: Callable[[], object]) -> tuple[float, float]:
-    """Best wall and best CPU seconds of ``repeat`` calls."""
-    walls, cpus = [], []
-    for _ in range(repeat):
-        w, c = time.perf_counter(), time.process_time()
-        fn()
-        walls.append(time.perf_counter() - w)
-        cpus.append(time.process_time() - c)
-    return min(walls), min(cpus)
-
-
 def measure(lake: Path, repeat: int, work: Path, since: str) -> dict[str, tuple[float, float]]:
     from pipelines.report.html import write_report
 
     write_report(lake, work / "warm-up.html")  # imports, plotly.js
-    times = {"report, whole history": _timed(repeat, lambda: write_report(lake, work / "all.html"))}
+    times = {"report, whole history": best_of(repeat, lambda: write_report(lake, work / "all.html"))}
     if "since" in inspect.signature(write_report).parameters:
-        times[f"report --since {since}"] = _timed(
+        times[f"report --since {since}"] = best_of(
             repeat, lambda: write_report(lake, work / "window.html", since=since))
     return times
 
@@ -86,12 +73,7 @@ def main() -> None:
         for scale in args.scale or [200, 2000]:
             lake, records = time_laid(work, scale)
             results[records] = measure(lake, args.repeat, work, args.since)
-        names = next(iter(results.values())).keys()
-        print(f"{'best of ' + str(args.repeat):<26}" + "".join(
-            f"{f'{r:,} records':>28}" for r in results))
-        for name in names:
-            print(f"{name:<26}" + "".join(
-                f"{f'{t[name][0]:.2f} s wall {t[name][1]:.2f} s CPU':>28}" for t in results.values()))
+        print_results(results, args.repeat)
 
 
 if __name__ == "__main__":
