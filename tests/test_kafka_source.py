@@ -37,9 +37,9 @@ from pipelines.sources.kafka.errors import (
 from pipelines.sources.kafka.options import SOURCE_NAME, SourceOptions
 from pipelines.sources.kafka.reader import read_partition, select_committed
 from pipelines.sources.kafka.spark_source import (
-    SPARK_SCHEMA,
     plan_end_offsets,
     register,
+    spark_schema,
 )
 from pipelines.sources.kafka.wire import describe_topic
 from pipelines.sources.raw import PACKED_COLUMN, RAW_ARROW_SCHEMA, unpacked
@@ -111,7 +111,7 @@ def _run_available_now(spark: Any, options: dict[str, str], checkpoint: Path,
         batches.append((batch_id, df.toArrow()))
 
     df = spark.readStream.format(SOURCE_NAME).options(**options).load()
-    assert df.schema == SPARK_SCHEMA
+    assert df.schema == spark_schema()
     query = (df.writeStream.foreachBatch(collect)
              .option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())
@@ -135,8 +135,8 @@ def _all_rows(batches: list[tuple[int, pa.Table]]) -> list[Row]:
 def test_spark_arrow_schema_is_what_spark_validates() -> None:
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-    assert from_arrow_schema(RAW_ARROW_SCHEMA) == SPARK_SCHEMA
-    assert to_arrow_schema(SPARK_SCHEMA, timezone="UTC").equals(SPARK_ARROW_SCHEMA)
+    assert from_arrow_schema(RAW_ARROW_SCHEMA) == spark_schema()
+    assert to_arrow_schema(spark_schema(), timezone="UTC").equals(SPARK_ARROW_SCHEMA)
 
 
 def test_spread_budget_is_fair_and_bounded() -> None:

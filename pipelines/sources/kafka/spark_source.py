@@ -127,15 +127,6 @@ def spark_schema(packed: bool = False) -> StructType:
     return from_arrow_schema(PACKED_ARROW_SCHEMA if packed else RAW_ARROW_SCHEMA)
 
 
-def __getattr__(name: str) -> Any:
-    """``SPARK_SCHEMA`` and ``PACKED_SPARK_SCHEMA``, built on first use (see above)."""
-    if name == "SPARK_SCHEMA":
-        return spark_schema(False)
-    if name == "PACKED_SPARK_SCHEMA":
-        return spark_schema(True)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 # --------------------------------------------------------------------------------------------
 # Planning (pure)
 # --------------------------------------------------------------------------------------------
