@@ -143,6 +143,23 @@ def test_a_real_local_jvm_writes_the_archive_once_and_the_next_one_maps_it(tmp_p
     assert ".zip" not in second["worker_pyspark"] and second["worker_pyspark"].endswith(".py")
 
 
+def test_a_class_path_directory_with_files_runs_without(tmp_path, spark_home) -> None:
+    """The JVM cannot archive a class path with a non-empty directory (and prints so on stdout)."""
+    conf = tmp_path / "spark-conf"
+    conf.mkdir()
+    env = _env(tmp_path, SPARK_CONF_DIR=str(conf))
+    first = jvm_cache.plan(env, spark_home)
+    assert first is not None  # an empty conf dir is fine
+    jvm_cache.abandon(first)
+    (conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    assert jvm_cache.plan(env, spark_home) is None
+    hadoop = tmp_path / "hadoop"
+    hadoop.mkdir()
+    (hadoop / "core-site.xml").write_text("<configuration/>")
+    assert jvm_cache.plan(_env(tmp_path, HADOOP_CONF_DIR=str(hadoop)), spark_home) is None
+    assert jvm_cache.plan(_env(tmp_path), spark_home, extra_class_path=str(hadoop)) is None
+
+
 def test_spark_python_drops_only_zips_that_hold_the_installed_version(tmp_path: Path) -> None:
     import pyspark
 
