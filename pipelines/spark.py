@@ -261,6 +261,7 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
         for (variable, conf_key), chosen in zip(PYTHON_SETTINGS, python_chosen, strict=True):
             if conf_key not in user_conf and _same_python(chosen):
                 os.environ[variable] = launcher
+        os.environ.update(spark_python.launcher_env(_spark_home(os.environ)))  # what it runs
     if ours:  # only for the spark-submit that launches the JVM; nothing else sees it
         os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
             [settings.submit_opts, *([archive.java_options] if archive else [])])

@@ -8,12 +8,12 @@ read planning, the task daemon) and every worker it forks compiles pyspark from 
 again: ~0.5 s of CPU each, one after the other on the path of every short run
 (``benchmarks/real_workload.py``).
 
-``offsetlake-spark-python`` (this module's :func:`main`, a console script installed beside
-the interpreter) drops from ``PYTHONPATH`` each zip whose package is installed at the same
-version (``version.py`` byte for byte), then runs the very same interpreter with the same
-arguments. Anything else (Spark from a distribution, another pyspark installed) is left as
-it is. ``pipelines.spark`` uses it only for a local master it launches, and only where the
-user chose no other Python.
+``offsetlake-spark-python`` (``pipelines/bin``, a shell script installed beside the
+interpreter) drops from ``PYTHONPATH`` the entries :func:`launcher_env` lists: each zip whose
+package is installed at the same version (``version.py`` byte for byte), checked once here
+in the driver; then it runs this very interpreter with the same arguments. Anything else
+(Spark from a distribution, another pyspark installed) is left as it is. ``pipelines.spark``
+uses it only for a local master it launches, and only where the user chose no other Python.
 """
 
 from __future__ import annotations
@@ -67,13 +67,17 @@ def redundant_zips(path: list[str]) -> list[str]:
     return redundant
 
 
-def main() -> None:
-    """Run ``sys.executable`` with this process' arguments, minus the redundant zips."""
-    given = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
-    dropped = set(redundant_zips([*given, *sys.path]))
-    if dropped:
-        os.environ["PYTHONPATH"] = os.pathsep.join(e for e in given if e not in dropped)
-    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+def launcher_env(spark_home: str | os.PathLike[str], path: list[str] | None = None) -> dict[str, str]:
+    """What the launcher needs in the environment of the JVM that starts it: the interpreter
+    to run, and Spark's zips under ``spark_home`` that hold a package installed on ``path``
+    (``sys.path`` by default) at the same version. Each zip is listed as found and resolved
+    (pyspark gives the JVM a ``SPARK_HOME`` with links resolved): the launcher compares
+    strings."""
+    lib = os.path.join(os.fspath(spark_home), "python", "lib")
+    zips = sorted(os.path.join(lib, n) for n in os.listdir(lib)) if os.path.isdir(lib) else []
+    found = redundant_zips([*zips, *(sys.path if path is None else path)])
+    drop = list(dict.fromkeys(p for z in found for p in (z, os.path.realpath(z))))
+    return {"OFFSETLAKE_SPARK_PYTHON": sys.executable, "OFFSETLAKE_SPARK_PYTHON_DROP": os.pathsep.join(drop)}
 
 
 def launcher() -> str | None:

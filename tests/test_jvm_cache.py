@@ -174,17 +174,37 @@ def test_spark_python_drops_only_zips_that_hold_the_installed_version(tmp_path: 
     assert spark_python.redundant_zips(path) == [str(spark_zip)]
     assert spark_python.redundant_zips([str(spark_zip)]) == []  # nothing installed beside it
 
-    # the installed launcher runs this very interpreter, the same arguments, minus that zip
+    # what the JVM's environment gets: this interpreter, and that zip (found and resolved)
+    home = tmp_path / "spark-home"
+    (home / "python" / "lib").mkdir(parents=True)
+    linked = home / "python" / "lib" / "pyspark.zip"
+    linked.symlink_to(spark_zip)
+    (home / "python" / "lib" / "py4j-0.0-src.zip").write_bytes(other.read_bytes())
+    env = spark_python.launcher_env(home, [str(installed)])
+    assert env == {"OFFSETLAKE_SPARK_PYTHON": sys.executable,
+                   "OFFSETLAKE_SPARK_PYTHON_DROP": os.pathsep.join([str(linked), str(spark_zip)])}
+
+    # the installed launcher runs that interpreter, the same arguments, minus those entries;
+    # the others are kept as they are, in order, patterns and spaces included
     launcher = spark_python.launcher()
     assert launcher is not None, "offsetlake-spark-python is installed with the package"
     probe = "import json, os, sys, pyspark; print(json.dumps([sys.argv[1:], pyspark.__file__, " \
             "os.environ['PYTHONPATH'], sys.executable]))"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(spark_zip), str(other / "x")])}
-    out = subprocess.run([launcher, "-c", probe, "a b", "-m"], env=env, capture_output=True,
+    kept = [str(other / "x"), str(tmp_path / "a dir" / "*"), str(tmp_path / "[ab]")]
+    run_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(spark_zip), kept[0], str(linked), *kept[1:]])}
+    out = subprocess.run([launcher, "-c", probe, "a b", "-m", "*"], env=run_env, capture_output=True,
                          text=True, timeout=60, check=True)
     args, imported, pythonpath, executable = json.loads(out.stdout)
-    assert args == ["a b", "-m"] and executable == sys.executable
-    assert imported == str(Path(pyspark.__file__)) and pythonpath == str(other / "x")
+    assert args == ["a b", "-m", "*"] and executable == sys.executable
+    assert imported == str(Path(pyspark.__file__)) and pythonpath == os.pathsep.join(kept)
+
+    # nothing to drop: PYTHONPATH untouched; no interpreter given: a clear refusal
+    out = subprocess.run([launcher, "-c", probe], env={**run_env, "OFFSETLAKE_SPARK_PYTHON_DROP": ""},
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout)[2] == run_env["PYTHONPATH"]
+    bare = {k: v for k, v in run_env.items() if k != "OFFSETLAKE_SPARK_PYTHON"}
+    out = subprocess.run([launcher, "-c", probe], env=bare, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 127 and "OFFSETLAKE_SPARK_PYTHON is not set" in out.stderr
 
 
 def _java_writing_archive(tmp_path: Path, name: str) -> tuple[list[str], Path]:

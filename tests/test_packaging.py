@@ -7,6 +7,7 @@ interpreter, from a directory outside the repository, on data the project genera
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import zipfile
 from pathlib import Path
@@ -64,6 +65,10 @@ def test_wheel_holds_every_package_and_schema(install: WheelInstall) -> None:
     assert shipped_views == {f"pipelines/queries/views/{p.name}"
                              for p in (REPO / "pipelines" / "queries" / "views").glob("*.sql")}
     assert shipped_views, "the queries' shared views are not in the wheel"
+    # the launcher of Spark's Python processes: a shell script, installed executable
+    assert any(n.endswith(".data/scripts/offsetlake-spark-python") for n in names)
+    launcher = install.bin_dir / "offsetlake-spark-python"
+    assert launcher.read_bytes().startswith(b"#!/bin/sh\n") and os.access(launcher, os.X_OK)
 
 
 def test_imports_only_from_the_wheel(install: WheelInstall, outside: Path) -> None:
