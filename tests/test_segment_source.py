@@ -221,6 +221,53 @@ def test_spark_planner_processes_unpickle_the_source_without_the_reader(tmp_path
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
+_RUNNER_PROBE = """
+import importlib.machinery, json, pickle, sys
+if sys.argv[1] == "runner":  # this process as Spark starts it: python -m <runner module>
+    sys.modules["__main__"].__spec__ = importlib.machinery.ModuleSpec(sys.argv[2], None)
+cls = pickle.loads(open(sys.argv[3], "rb").read())
+reader = cls({"path": sys.argv[4], "max_records_per_batch": "700"}).streamReader(None)
+reader.prepareForTriggerAvailableNow()
+start, plan = reader.initialOffset(), []
+while True:
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    if end == start:
+        break
+    plan.append([end, [p.ranges for p in reader.partitions(start, end)]])
+    start = end
+print(json.dumps({"plan": plan, "pandas": "pandas" in sys.modules}))
+"""
+
+
+def test_the_streaming_runner_plans_without_pandas(tmp_path: Path) -> None:
+    """Spark's process for a streaming source runs only its planning: there the reader
+    blocks pandas (pyarrow's first ``pa.array`` would import it, ~0.17 s on the path of every
+    run's start) and plans the very same micro-batches; anywhere else pandas is untouched."""
+    import json
+    import subprocess
+    import sys
+
+    from pyspark import cloudpickle
+
+    from pipelines.sources.segments import spark_source
+    from pipelines.without_pandas import SPARK_STREAMING_SOURCE_RUNNER
+
+    generate_cluster(tmp_path / "data", num_partitions=3, live=False)
+    blob = tmp_path / "source.pickle"
+    blob.write_bytes(cloudpickle.dumps(spark_source._spark_classes()))
+
+    def probe(*how: str) -> dict:
+        done = subprocess.run([sys.executable, "-c", _RUNNER_PROBE, *how, str(blob), str(tmp_path / "data")],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout)
+
+    in_runner = probe("runner", SPARK_STREAMING_SOURCE_RUNNER)
+    elsewhere = probe("other", "pyspark.sql.worker.plan_data_source_read")
+    assert in_runner["pandas"] is False and elsewhere["pandas"] is True
+    assert len(in_runner["plan"]) > 2 and in_runner["plan"] == elsewhere["plan"]
+
+
 @pytest.mark.parametrize(("master", "parallelism", "expected"),
                          [("local[2]", 2, 2), ("local[*]", 16, 16), ("local", 1, 1),
                           ("spark://10.0.0.1:7077", 2, 8), ("spark://10.0.0.1:7077", 64, 64),

@@ -4,7 +4,6 @@ like kafka-dump-log --offsets-decoder."""
 from __future__ import annotations
 
 import argparse
-import importlib.abc
 import json
 import logging
 import os
@@ -14,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipelines.cli.common import UserError, flag_env
+from pipelines.without_pandas import block_pandas
 
 log = logging.getLogger("offsetlake")
 
@@ -42,28 +42,6 @@ def _timestamp_lookup() -> Callable[[dict], int]:
     return lookup
 
 
-class _WithoutPandas(importlib.abc.MetaPathFinder):
-    """Makes ``import pandas`` fail, as in an environment without pandas.
-
-    Why: pyarrow asks its lazy pandas shim whether an input is a pandas object on
-    ``pa.array``/``pa.scalar`` and many compute calls, and that first question imports pandas
-    (~0.2 s CPU, a quarter of ``decode --stats``), though decode never holds a pandas object.
-    pandas is optional for pyarrow: without it those questions answer "no". Installed only in
-    a process that ends with this command (``run()``): the shim remembers the answer, which
-    would change how a later ``pa.array(pandas object)`` converts in the same process."""
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"No module named {name!r} (not needed by decode)",
-                                      name=name)
-
-
-def _without_pandas() -> None:
-    if "pandas" not in sys.modules and not any(isinstance(f, _WithoutPandas)
-                                               for f in sys.meta_path):
-        sys.meta_path.insert(0, _WithoutPandas())
-
-
 def _write(out, pieces: list) -> None:
     """Bytes to a text stream's binary buffer (after its pending text), or as text."""
     buffer = getattr(out, "buffer", None)
@@ -76,8 +54,8 @@ def _write(out, pieces: list) -> None:
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
-    if getattr(args, "standalone", False):
-        _without_pandas()
+    if getattr(args, "standalone", False):  # the process ends with this command (run())
+        block_pandas()
     from pipelines.decode.dump import json_lines, stats_counts
     from pipelines.sources.record_batches.arrow_reader import read_arrow
     from pipelines.sources.record_batches.problems import Problem

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipelines.sources.batching import default_read_limit, record_budget
 from pipelines.sources.segments.files import PartitionLog, find_segments
+from pipelines.without_pandas import SPARK_STREAMING_SOURCE_RUNNER, block_pandas, running_as
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -176,6 +177,8 @@ def _spark_classes() -> Any:
         def __init__(self, options: dict[str, str]) -> None:
             super().__init__(options)
             self._target: dict[str, int] | None = None
+            if running_as(SPARK_STREAMING_SOURCE_RUNNER):  # a process for this reader alone
+                block_pandas()
 
         def initialOffset(self) -> dict:
             return {}

@@ -1,0 +1,39 @@
+"""Run a process of ours without pandas: pyarrow's first question imports it for nothing.
+
+pyarrow asks its lazy pandas shim whether an input is a pandas object on ``pa.array``,
+``pa.scalar`` and many compute calls, and that first question imports pandas (~0.17 s of
+CPU), though decoding and planning never hold a pandas object. pandas is optional for
+pyarrow: without it those questions answer "no". Only for a process that is entirely ours
+and ends with our work: the shim remembers the answer, so a later ``pa.array(pandas
+object)`` in the same process would convert differently.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+
+#: the process Spark starts for a Python streaming source: it runs only that source's
+#: planning (offsets, partitions), one after the other on the path of a run's start
+SPARK_STREAMING_SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+
+
+class WithoutPandas(importlib.abc.MetaPathFinder):
+    """Makes ``import pandas`` fail, as in an environment without pandas."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r} (not needed in this process)", name=name)
+
+
+def block_pandas() -> None:
+    """From now on, this process runs as if pandas were not installed (unless it already
+    imported pandas, which then stays)."""
+    if "pandas" not in sys.modules and not any(isinstance(f, WithoutPandas) for f in sys.meta_path):
+        sys.meta_path.insert(0, WithoutPandas())
+
+
+def running_as(module: str) -> bool:
+    """Whether this process was started as ``python -m module``."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec is not None and spec.name == module
