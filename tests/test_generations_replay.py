@@ -108,3 +108,40 @@ def test_replay_equals_the_old_one_when_metadata_comes_after_assignments(
                       and r["client_id"] is not None)
         assert _replay_in_two(late, {}) > 0
     assert filled > 0  # rows opened without metadata were filled in by the later records
+
+
+def test_replay_equals_the_old_one_on_one_large_group() -> None:
+    """One KIP-848 group of 300 members whose assignments move every round, classic
+    generations of the same group id, member tombstones and a group tombstone: each record
+    now touches only its member's open rows (the old replay scanned the whole group's)."""
+    from pipelines.model import LatestRecord
+
+    events, offset = [], 0
+
+    def add(record_type: int, subkey: str, value: dict | None) -> None:
+        nonlocal offset
+        # one offsets partition holds a group: its records in log order
+        events.append(("big", LatestRecord(record_type, subkey, value is None, value, 4, offset, NOW)))
+        offset += 1
+
+    for epoch in range(1, 4):
+        for m in range(300):
+            if epoch == 1:
+                add(5, f"m{m}", {"client_id": f"c{m}", "client_host": "/10.0.0.1", "instance_id": None,
+                                 "subscribed_topic_names": ["orders"]})
+            if m % 50 == 7 and epoch == 3:
+                add(8, f"m{m}", None)  # the member left
+                continue
+            add(8, f"m{m}", {"member_epoch": epoch, "assigned_partitions": [
+                {"topic_id": "t1", "partitions": [(m + epoch + p) % 900 for p in range(3)]}],
+                "partitions_pending_revocation": [{"topic_id": "t1", "partitions": [m]}] if m % 9 == 0 else []})
+        add(2, "", {"generation": epoch, "members": [
+            {"member_id": f"k{j}", "client_id": "legacy", "client_host": "/h", "group_instance_id": None,
+             "subscription": {"topics": ["orders"]},
+             "assignment": {"assigned_partitions": [{"topic": "orders", "partitions": [j, j + epoch]}]}}
+            for j in range(20)]})
+    add(3, "", None)  # the group is deleted: every consumer row closes
+    rows = _both([], events, {"t1": "orders"}, "c1", NOW, {}, [], {})
+    assert sum(r["valid_to"] is None for r in rows if r["group_type"] == "consumer") == 0
+    assert sum(1 for r in rows if r["group_type"] == "classic" and r["valid_to"] is None) == 40
+    assert _replay_in_two(events, {"t1": "orders"}) > 0

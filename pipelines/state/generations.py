@@ -127,16 +127,28 @@ class _Replay:
             if r["group_type"] in ("consumer", "streams") and r["client_id"] is None
             and _key(r) not in self.open_by_key}
         self.changed: dict[GenKey, dict[str, Any]] = {}
-        # indexes, so one record costs what its group's rows cost, not the whole batch's:
-        # the open keys of each group (in open_by_key's order), and the rows of each
-        # (group, member) still waiting for the member's metadata
-        self.open_by_group: dict[str, dict[GenKey, None]] = {}
+        # indexes, so one record costs what the rows it touches cost, not its group's or the
+        # whole batch's: the open keys of each (group, group type) and of each (group,
+        # member, group type), both in open_by_key's order, and the rows of each (group,
+        # member) still waiting for the member's metadata
+        self.open_by_type: dict[tuple[str, str], dict[GenKey, None]] = {}
+        self.open_by_member: dict[tuple[str, str, str], dict[GenKey, None]] = {}
         self.waiting: dict[tuple[str, str], list[tuple[GenKey, dict[str, Any]]]] = {}
         for key, row in self.open_by_key.items():
-            self.open_by_group.setdefault(key[0], {})[key] = None
+            self._index(key)
             self._wait(key, row)
         for key, row in self.unfilled.items():
             self._wait(key, row)
+
+    def _index(self, key: GenKey) -> None:
+        self.open_by_type.setdefault((key[0], key[5]), {})[key] = None
+        self.open_by_member.setdefault((key[0], key[2], key[5]), {})[key] = None
+
+    def _open_keys(self, group_id: str, group_type: str, member_id: str | None = None) -> list[GenKey]:
+        """The open keys of a group's type (or of one member of it), in open_by_key's order."""
+        index = self.open_by_type.get((group_id, group_type)) if member_id is None \
+            else self.open_by_member.get((group_id, member_id, group_type))
+        return list(index) if index else []
 
     def _wait(self, key: GenKey, row: dict[str, Any]) -> None:
         if row["group_type"] in ("consumer", "streams") and row["client_id"] is None:
@@ -144,20 +156,19 @@ class _Replay:
 
     def apply(self, group_id: str, rec: LatestRecord) -> None:
         """One group record, in log order."""
-        open_by_key, members = self.open_by_key, self.members
-        in_group = list(self.open_by_group.get(group_id, ()))
+        members = self.members
         if rec.record_type == 2:
             new = {} if rec.is_tombstone else _classic_rows(group_id, rec)
-            self.close([k for k in in_group if open_by_key[k]["group_type"] == "classic" and k not in new], rec)
+            self.close([k for k in self._open_keys(group_id, "classic") if k not in new], rec)
             self.open_(new, rec)
         elif rec.record_type == 8:
-            mine = [k for k in in_group if k[2] == rec.subkey and open_by_key[k]["group_type"] == "consumer"]
+            mine = self._open_keys(group_id, "consumer", rec.subkey)
             info = members.get((group_id, rec.subkey), {})
             new = {} if rec.is_tombstone else _member_rows(group_id, rec, self.topic_names, info)
             self.close([k for k in mine if k not in new], rec)
             self.open_(new, rec)
         elif rec.record_type == 22:
-            mine = [k for k in in_group if k[2] == rec.subkey and open_by_key[k]["group_type"] == "streams"]
+            mine = self._open_keys(group_id, "streams", rec.subkey)
             info = members.get((group_id, rec.subkey), {})
             new = {} if rec.is_tombstone else _streams_rows(group_id, rec, self.topologies.get(group_id), info)
             self.close([k for k in mine if k not in new], rec)
@@ -166,7 +177,7 @@ class _Replay:
             if rec.value:
                 self.topologies[group_id] = rec.value
         elif rec.record_type == 17 and rec.is_tombstone:
-            self.close([k for k in in_group if open_by_key[k]["group_type"] == "streams"], rec)
+            self.close(self._open_keys(group_id, "streams"), rec)
         elif rec.record_type in (5, 19):
             if rec.is_tombstone or not rec.value:
                 members.pop((group_id, rec.subkey), None)
@@ -174,7 +185,7 @@ class _Replay:
                 members[(group_id, rec.subkey)] = rec.value
                 self.fill(group_id, rec.subkey, rec.value)
         elif rec.record_type == 3 and rec.is_tombstone:
-            self.close([k for k in in_group if open_by_key[k]["group_type"] == "consumer"], rec)
+            self.close(self._open_keys(group_id, "consumer"), rec)
 
     def fill(self, group_id: str, member_id: str, info: dict[str, Any]) -> None:
         """A member's metadata record fills the KIP-848 rows opened before it."""
@@ -191,7 +202,8 @@ class _Replay:
     def close(self, keys: list[GenKey], rec: LatestRecord) -> None:
         for key in keys:
             row = self.open_by_key.pop(key)
-            del self.open_by_group[key[0]][key]
+            del self.open_by_type[(key[0], key[5])][key]
+            del self.open_by_member[(key[0], key[2], key[5])][key]
             row.update(valid_to=rec.record_timestamp, valid_to_offset=rec.offset, updated_at=self.updated_at)
             self.changed[key] = row
 
@@ -205,6 +217,6 @@ class _Replay:
                    "valid_from_offset": rec.offset, "valid_to_offset": None,
                    "offsets_partition": rec.offsets_partition, "updated_at": self.updated_at}
             self.open_by_key[key] = row
-            self.open_by_group.setdefault(key[0], {})[key] = None
+            self._index(key)
             self.changed[key] = row
             self._wait(key, row)
