@@ -30,6 +30,8 @@ class DeltaEngine(Protocol):
     name: str
     root: Path
     commits_files: bool  # whether commit_files() works: data files written elsewhere, committed here
+    # whether writes to two different tables may run on two threads at once
+    concurrent_tables: bool
 
     def path(self, table: str) -> str: ...
 
@@ -70,6 +72,7 @@ class DeltaRsEngine:
 
     name = "delta-rs"
     commits_files = True
+    concurrent_tables = True  # each table its own DeltaTable; writes release the GIL
 
     def __init__(self, root: str | Path | LakeLocation,
                  storage_options: dict[str, str] | None = None) -> None:
@@ -264,6 +267,7 @@ class SparkDeltaEngine:
 
     name = "delta-spark"
     commits_files = False  # delta-spark has no API to commit files it did not write
+    concurrent_tables = False  # MERGE's transaction id is a session setting
 
     def __init__(self, spark, root: str | Path | LakeLocation,
                  storage_options: dict[str, str] | None = None) -> None:

@@ -14,9 +14,11 @@ it was before the batch (unchanged until the cursor commits) and skips what land
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -160,14 +162,21 @@ def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
         written.update(revisit_unresolved(engine, clusters, f"{app_id}#names", batch_id, now))
     live = commits.filter(pc.invert(commits.column("is_tombstone")))
     attribution = attribute(live, generation_rows(engine, live), now)
-    anomalies, new_cursor = sequence_anomalies(commits, events, cursor, attribution, now)
-    anomalies += ownership_anomalies(attribution, now)
-    anomalies += log_bound_anomalies(engine, live, attribution, now, "ingest")
-    # new positions only: an append (no scan of the table), idempotent by the transaction id
-    if attribution.num_rows and engine.append(contract(ATTRIBUTION), attribution, app_id, batch_id):
+    # new positions only: an append (no scan of the table), idempotent by the transaction
+    # id. Written on a thread while the anomalies are found, where the engine allows: its
+    # writer releases the GIL, and a batch's tables may land in any order as long as the
+    # cursor lands last.
+    append = functools.partial(engine.append, contract(ATTRIBUTION), attribution, app_id, batch_id)
+    with ThreadPoolExecutor(1, thread_name_prefix="offsetlake-audit") as writer:
+        appending = writer.submit(append) if attribution.num_rows and engine.concurrent_tables else None
+        appended = bool(attribution.num_rows) and appending is None and append()
+        anomalies, new_cursor = sequence_anomalies(commits, events, cursor, attribution, now)
+        anomalies += ownership_anomalies(attribution, now)
+        anomalies += log_bound_anomalies(engine, live, attribution, now, "ingest")
+        if anomalies and engine.merge(contract(ANOMALIES), upsert_rows(anomalies, ANOMALIES), app_id, batch_id):
+            written[ANOMALIES] = len(anomalies)
+    if appended or (appending is not None and appending.result()):
         written[ATTRIBUTION] = attribution.num_rows
-    if anomalies and engine.merge(contract(ANOMALIES), upsert_rows(anomalies, ANOMALIES), app_id, batch_id):
-        written[ANOMALIES] = len(anomalies)
     if engine.merge(contract(CURSOR), upsert_rows(new_cursor, CURSOR), app_id, batch_id):
         written[CURSOR] = len(new_cursor)
     return written
