@@ -109,6 +109,8 @@ def main() -> None:
     from pipelines.spark import spark_session
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="offsetlake-bench-"))
+    for old in ("public", "lake-public", "lake-public-local", "generated", "lake-generated", "lake-local"):
+        shutil.rmtree(work / old, ignore_errors=True)  # a kept --workdir: fresh data and lakes again
     spark = spark_session("offsetlake-bench")
     rows = []
 
