@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -66,6 +66,15 @@ class TableContract:
     @property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    def from_rows(self, rows: list[dict[str, Any]]) -> pa.Table:
+        """Rows (dicts) as a table of the contract's schema: a missing key is a null, a key the
+        contract lacks is ignored, as ``Table.from_pylist`` does. Arrow's struct converter
+        reads the dicts in C++, where ``from_pylist`` gathers each column in Python: the
+        group-heavy benchmark's ``group_generations`` change sets (~950k rows) took 2.06 s
+        instead of 2.76 s."""
+        schema = self.arrow_schema
+        return pa.Table.from_arrays(pa.array(rows, type=pa.struct(list(schema))).flatten(), schema=schema)
 
     def conform(self, table: pa.Table, schema: pa.Schema | None = None) -> pa.Table:
         """Select, order and cast ``table``'s columns to the contract (missing ones as nulls)."""

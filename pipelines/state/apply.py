@@ -31,8 +31,7 @@ TS = pa.timestamp("us", tz="UTC")
 
 
 def _with_ops(rows: list[dict], table: str, ops: list[str]) -> pa.Table:
-    data = pa.Table.from_pylist(rows, schema=contract(table).arrow_schema) if rows \
-        else contract(table).arrow_schema.empty_table()
+    data = contract(table).from_rows(rows)
     return data.append_column(OP, pa.array(ops, pa.string()))
 
 

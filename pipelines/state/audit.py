@@ -211,8 +211,7 @@ def _not_yet_audited(commits: pa.Table, events: list[tuple[str, str, Any]], curs
 
 
 def upsert_rows(rows: list[dict[str, Any]], table: str) -> pa.Table:
-    schema = contract(table).arrow_schema
-    data = pa.Table.from_pylist(rows, schema=schema) if rows else schema.empty_table()
+    data = contract(table).from_rows(rows)
     return data.append_column(OP, pa.array(["upsert"] * data.num_rows, pa.string()))
 
 

@@ -125,13 +125,13 @@ def store_cluster_names(engine: DeltaEngine, names: Names, app_id: str, now: dat
     stale = renamed_generation_rows(engine, new)
     if stale:
         upserts = [{**resolve_row(r, new), "updated_at": now} for r in stale]
-        gens = pa.Table.from_pylist(stale + upserts, schema=contract("group_generations").arrow_schema)
+        gens = contract("group_generations").from_rows(stale + upserts)
         gens = gens.append_column(OP, pa.array(["delete"] * len(stale) + ["upsert"] * len(upserts)))
         if engine.merge(contract("group_generations"), gens, app_id, 0):
             written["group_generations"] = len(upserts)
     members = fill_member_rows(engine, {**known, **new}, now)
     if members:
-        table = pa.Table.from_pylist(members, schema=contract("group_members").arrow_schema)
+        table = contract("group_members").from_rows(members)
         table = table.append_column(OP, pa.array(["upsert"] * len(members)))
         if engine.merge(contract("group_members"), table, app_id, 0):
             written["group_members"] = len(members)
