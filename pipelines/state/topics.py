@@ -57,8 +57,7 @@ def name_rows(new: Names, source: str, now: datetime) -> pa.Table:
     """Change set inserting ``new`` names into ``topic_names``."""
     rows = [{"cluster_id": c, "topic_id": i, "topic_name": n, "source": source, "updated_at": now}
             for (c, i), n in sorted(new.items())]
-    schema = contract(TABLE).arrow_schema
-    data = pa.Table.from_pylist(rows, schema=schema) if rows else schema.empty_table()
+    data = contract(TABLE).from_rows(rows)
     return data.append_column(OP, pa.array(["upsert"] * len(rows), pa.string()))
 
 
