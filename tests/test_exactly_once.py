@@ -132,9 +132,11 @@ def test_full_replay_writes_nothing(scenario: Path, clean_lake: Path, tmp_path: 
 
 
 class AppendingEngine(DeltaRsEngine):
-    """delta-rs used the way delta-spark is: history handed over as Arrow, not as files."""
+    """delta-rs used the way delta-spark is: history handed over as Arrow, not as files, and
+    one table written at a time (the audit's attribution append not on a thread)."""
 
     commits_files = False
+    concurrent_tables = False
 
 
 def test_engines_without_file_commits_write_the_same_tables(scenario: Path, clean_lake: Path,

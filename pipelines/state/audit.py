@@ -167,15 +167,18 @@ def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     # writer releases the GIL, and a batch's tables may land in any order as long as the
     # cursor lands last.
     append = functools.partial(engine.append, contract(ATTRIBUTION), attribution, app_id, batch_id)
+    on_thread = attribution.num_rows > 0 and engine.concurrent_tables
     with ThreadPoolExecutor(1, thread_name_prefix="offsetlake-audit") as writer:
-        appending = writer.submit(append) if attribution.num_rows and engine.concurrent_tables else None
-        appended = bool(attribution.num_rows) and appending is None and append()
+        appending = writer.submit(append) if on_thread else None
+        appended = append() if attribution.num_rows and not on_thread else False
         anomalies, new_cursor = sequence_anomalies(commits, events, cursor, attribution, now)
         anomalies += ownership_anomalies(attribution, now)
         anomalies += log_bound_anomalies(engine, live, attribution, now, "ingest")
         if anomalies and engine.merge(contract(ANOMALIES), upsert_rows(anomalies, ANOMALIES), app_id, batch_id):
             written[ANOMALIES] = len(anomalies)
-    if appended or (appending is not None and appending.result()):
+    if appending is not None:
+        appended = appending.result()  # its error, if any, before the cursor
+    if appended:
         written[ATTRIBUTION] = attribution.num_rows
     if engine.merge(contract(CURSOR), upsert_rows(new_cursor, CURSOR), app_id, batch_id):
         written[CURSOR] = len(new_cursor)
