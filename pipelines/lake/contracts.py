@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from pipelines.model import OP
 from pipelines.shipped_schemas import MissingSchemas, schema_dir, schema_files
 
 if TYPE_CHECKING:
@@ -75,6 +76,13 @@ class TableContract:
         instead of 2.76 s."""
         schema = self.arrow_schema
         return pa.Table.from_arrays(pa.array(rows, type=pa.struct(list(schema))).flatten(), schema=schema)
+
+    def change_set(self, rows: list[dict[str, Any]], ops: str | list[str] = "upsert") -> pa.Table:
+        """Rows as a change set for ``DeltaEngine.merge``: the contract's columns
+        (:meth:`from_rows`) and each row's operation (``ops``: one for all, or one per row)."""
+        data = self.from_rows(rows)
+        ops = [ops] * data.num_rows if isinstance(ops, str) else ops
+        return data.append_column(OP, pa.array(ops, pa.string()))
 
     def conform(self, table: pa.Table, schema: pa.Schema | None = None) -> pa.Table:
         """Select, order and cast ``table``'s columns to the contract (missing ones as nulls)."""

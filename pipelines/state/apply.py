@@ -30,11 +30,6 @@ log = logging.getLogger(__name__)
 TS = pa.timestamp("us", tz="UTC")
 
 
-def _with_ops(rows: list[dict], table: str, ops: list[str]) -> pa.Table:
-    data = contract(table).from_rows(rows)
-    return data.append_column(OP, pa.array(ops, pa.string()))
-
-
 def _group_filter(groups: set[tuple[str, str]], null_columns: tuple[str, ...] = ()) -> KeyFilter:
     """Rows of exactly the touched (cluster, group) pairs, as a filter both engines push
     into their scans (delta-rs: a pyarrow expression; delta-spark: a SQL predicate)."""
@@ -92,8 +87,8 @@ def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
         else:
             group_rows.append({**group, "cluster_id": cluster_id, "updated_at": now})
         member_rows.extend({**m, "cluster_id": cluster_id, "updated_at": now} for m in members)
-    groups = _with_ops(group_rows + group_delete, "consumer_groups",
-                       ["upsert"] * len(group_rows) + ["delete"] * len(group_delete))
+    groups = contract("consumer_groups").change_set(
+        group_rows + group_delete, ["upsert"] * len(group_rows) + ["delete"] * len(group_delete))
     if engine.merge(contract("consumer_groups"), groups, app_id, batch_id):
         changed["consumer_groups"] = groups.num_rows
 
@@ -103,8 +98,8 @@ def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
             for c, g, m in zip(current.column("cluster_id").to_pylist(), current.column("group_id").to_pylist(),
                                current.column("member_id").to_pylist(), strict=True)
             if (c, g) in touched and (c, g, m) not in keep]
-    members = _with_ops(member_rows + gone, "group_members",
-                        ["upsert"] * len(member_rows) + ["delete"] * len(gone))
+    members = contract("group_members").change_set(
+        member_rows + gone, ["upsert"] * len(member_rows) + ["delete"] * len(gone))
     if members.num_rows and engine.merge(contract("group_members"), members, app_id, batch_id):
         changed["group_members"] = members.num_rows
 
@@ -157,7 +152,7 @@ def _generation_changes(engine: DeltaEngine, batch: StateInput, names: topics.Na
             out.update({gen_key(r): r for r in rows})
     rows = list(out.values()) + [d for k, d in deletes.items() if k not in out]
     ops = ["upsert"] * len(out) + ["delete"] * (len(rows) - len(out))
-    return _with_ops(rows, "group_generations", ops)
+    return contract("group_generations").change_set(rows, ops)
 
 
 def _latest_group_record_changes(batch: StateInput, now: datetime) -> pa.Table:

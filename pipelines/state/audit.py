@@ -174,13 +174,13 @@ def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
         anomalies, new_cursor = sequence_anomalies(commits, events, cursor, attribution, now)
         anomalies += ownership_anomalies(attribution, now)
         anomalies += log_bound_anomalies(engine, live, attribution, now, "ingest")
-        if anomalies and engine.merge(contract(ANOMALIES), upsert_rows(anomalies, ANOMALIES), app_id, batch_id):
+        if anomalies and engine.merge(contract(ANOMALIES), contract(ANOMALIES).change_set(anomalies), app_id, batch_id):
             written[ANOMALIES] = len(anomalies)
     if appending is not None:
         appended = appending.result()  # its error, if any, before the cursor
     if appended:
         written[ATTRIBUTION] = attribution.num_rows
-    if engine.merge(contract(CURSOR), upsert_rows(new_cursor, CURSOR), app_id, batch_id):
+    if engine.merge(contract(CURSOR), contract(CURSOR).change_set(new_cursor), app_id, batch_id):
         written[CURSOR] = len(new_cursor)
     return written
 
@@ -213,11 +213,6 @@ def _not_yet_audited(commits: pa.Table, events: list[tuple[str, str, Any]], curs
     return commits.filter(pa.array(keep, pa.bool_())), events
 
 
-def upsert_rows(rows: list[dict[str, Any]], table: str) -> pa.Table:
-    data = contract(table).from_rows(rows)
-    return data.append_column(OP, pa.array(["upsert"] * data.num_rows, pa.string()))
-
-
 def revisit_unresolved(engine: DeltaEngine, clusters: set[str], app_id: str, version: int,
                        now: datetime) -> dict[str, int]:
     """Attribute again the commits left ``topic_unresolved`` (after new topic names were
@@ -238,7 +233,7 @@ def revisit_unresolved(engine: DeltaEngine, clusters: set[str], app_id: str, ver
             OP, pa.array(["upsert"] * changed.num_rows)), app_id, version):
         written[ATTRIBUTION] = changed.num_rows
     found = ownership_anomalies(changed, now)
-    if found and engine.merge(contract(ANOMALIES), upsert_rows(found, ANOMALIES), app_id, version):
+    if found and engine.merge(contract(ANOMALIES), contract(ANOMALIES).change_set(found), app_id, version):
         written[ANOMALIES] = len(found)
     return written
 
@@ -293,7 +288,7 @@ def snapshot_anomalies(engine: DeltaEngine, cluster_id: str, snapshot_id: str,
         return 0
     ensure_tables(engine)
     app_id = f"offsetlake-anomalies-{cluster_id}-{snapshot_id}"
-    return len(out) if engine.merge(contract(ANOMALIES), upsert_rows(out, ANOMALIES), app_id, 0) else 0
+    return len(out) if engine.merge(contract(ANOMALIES), contract(ANOMALIES).change_set(out), app_id, 0) else 0
 
 
 # ---------------------------------------------------------------------------------------------

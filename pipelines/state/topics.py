@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter
-from pipelines.model import OP, StateInput
+from pipelines.model import StateInput
 
 TABLE = "topic_names"
 Names = dict[tuple[str, str], str]  # (cluster_id, topic_id) -> topic name
@@ -57,8 +57,7 @@ def name_rows(new: Names, source: str, now: datetime) -> pa.Table:
     """Change set inserting ``new`` names into ``topic_names``."""
     rows = [{"cluster_id": c, "topic_id": i, "topic_name": n, "source": source, "updated_at": now}
             for (c, i), n in sorted(new.items())]
-    data = contract(TABLE).from_rows(rows)
-    return data.append_column(OP, pa.array(["upsert"] * len(rows), pa.string()))
+    return contract(TABLE).change_set(rows)
 
 
 def renamed_generation_rows(engine: DeltaEngine, new: Names) -> list[dict[str, Any]]:
@@ -124,14 +123,13 @@ def store_cluster_names(engine: DeltaEngine, names: Names, app_id: str, now: dat
     stale = renamed_generation_rows(engine, new)
     if stale:
         upserts = [{**resolve_row(r, new), "updated_at": now} for r in stale]
-        gens = contract("group_generations").from_rows(stale + upserts)
-        gens = gens.append_column(OP, pa.array(["delete"] * len(stale) + ["upsert"] * len(upserts)))
+        gens = contract("group_generations").change_set(stale + upserts,
+                                                        ["delete"] * len(stale) + ["upsert"] * len(upserts))
         if engine.merge(contract("group_generations"), gens, app_id, 0):
             written["group_generations"] = len(upserts)
     members = fill_member_rows(engine, {**known, **new}, now)
     if members:
-        table = contract("group_members").from_rows(members)
-        table = table.append_column(OP, pa.array(["upsert"] * len(members)))
+        table = contract("group_members").change_set(members)
         if engine.merge(contract("group_members"), table, app_id, 0):
             written["group_members"] = len(members)
     if new:
