@@ -179,6 +179,10 @@ def test_sequence_kinds_on_any_split(tmp_path: Path) -> None:
         rows = {r["kind"]: r for r in table_rows(lake, "offset_anomalies")}
         assert rows["offset_rewind"]["previous_offset"] == 12
         assert rows["leader_epoch_regression"]["previous_leader_epoch"] == 5
+        recreated = rows["commit_after_group_deleted"]
+        assert (recreated["committed_offset"], recreated["offset"], recreated["attribution"]) == \
+            (7, 8, "no_membership")
+        assert recreated["reason"].endswith("(tombstone at offset 7)")
         attribution = {r["attribution"] for r in table_rows(lake, "commit_attribution")}
         assert attribution == {"no_membership"}  # no group ever had a member here
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from pipelines.lake.engines import changed_keys, idempotent_write_options, merge_condition
-from pipelines.lake.keys import KeyFilter, sql_literal
+from pipelines.lake.keys import KeyFilter, distinct_keys, sql_literal
 from pipelines.model import OP
 
 
@@ -49,6 +49,14 @@ def test_literals_escape_quotes_and_backslashes() -> None:
 def test_keys_must_have_one_value_per_column() -> None:
     with pytest.raises(ValueError):
         KeyFilter.of(("cluster_id", "group_id"), {("only-one",)})
+
+
+def test_distinct_keys_are_the_tuples_of_the_table() -> None:
+    table = pa.table({"cluster_id": ["a", "a", "b", "a", None], "group_id": ["g", "g", "g", "h", "g"],
+                      "n": [1, 2, 3, 4, 5]})
+    assert distinct_keys(table, ("cluster_id", "group_id")) == {("a", "g"), ("b", "g"), ("a", "h"), (None, "g")}
+    assert distinct_keys(table, ["cluster_id"]) == {("a",), ("b",), (None,)}
+    assert distinct_keys(table.slice(0, 0), ["cluster_id"]) == set()
 
 
 def test_arrow_filter_selects_exactly_the_keys() -> None:

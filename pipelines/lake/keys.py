@@ -86,6 +86,16 @@ class KeyFilter:
         return expr
 
 
+def distinct_keys(table: pa.Table, columns: Iterable[str]) -> set[tuple]:
+    """The distinct values of ``columns`` in ``table`` as tuples (a batch's groups, clusters):
+    Arrow finds them, only the few distinct keys become Python objects."""
+    cols = list(columns)
+    if table.num_rows == 0:
+        return set()
+    distinct = table.select(cols).group_by(cols, use_threads=False).aggregate([])
+    return set(zip(*(distinct.column(c).to_pylist() for c in cols), strict=True))
+
+
 def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 

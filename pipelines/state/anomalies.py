@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.lake.engines import DeltaEngine
-from pipelines.lake.keys import KeyFilter
+from pipelines.lake.keys import KeyFilter, distinct_keys
 from pipelines.state.attribution import REASONS, attribution_at, key_ids
 
 ANOMALIES = "offset_anomalies"
@@ -114,9 +114,9 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
             idx = order[flagged]
             full = commits.take(pa.array(idx - len(prior)))
             who, member = attribution_at(attribution, full)
-            for i, c in enumerate(full.to_pylist()):
-                c.update(attribution=who[i].as_py(), member_id=member[i].as_py())
-                at = np.flatnonzero(flagged)[i]
+            for at, c, w, m in zip(np.flatnonzero(flagged).tolist(), full.to_pylist(), who.to_pylist(),
+                                   member.to_pylist(), strict=True):
+                c.update(attribution=w, member_id=m)
                 ev = {"previous_offset": int(prev[at]) if has_prev[at] else None,
                       "previous_leader_epoch": None if np.isnan(prev_epoch[at]) else int(prev_epoch[at]),
                       "previous_position": int(pos[at - 1]) if has_prev[at] and pos[at - 1] >= 0 else None}
@@ -174,23 +174,29 @@ def _after_deletion(commits: pa.Table, events: list[tuple[str, str, Any]], curso
             joined = pc.binary_join_element_wise(pc.cast(mine.column("cluster_id"), pa.string()),
                                                  pc.cast(mine.column("group_id"), pa.string()), "\x1f")
             mine = mine.filter(pc.is_in(joined, value_set=keys))
-        items: list[tuple] = [(c["cluster_id"], c["group_id"], c["offsets_partition"], c["offset"], 1, c)
-                              for c in mine.to_pylist()]
+        # (cluster, group, offsets partition, position, is commit, commit row or tombstone flag);
+        # a commit's row becomes a dict only when it is flagged
+        columns = [mine.column(n).to_pylist() for n in ("cluster_id", "group_id", "offsets_partition",
+                                                         "offset", "is_tombstone")]
+        items: list[tuple] = [(c, g, p, o, 1, (i, t))
+                              for i, (c, g, p, o, t) in enumerate(zip(*columns, strict=True))]
         items += [(c, g, r.offsets_partition, r.offset, 0, r.is_tombstone) for c, g, r in events]
         items.sort(key=lambda t: t[:4])
         for cluster_id, group_id, _p, position, is_commit, what in items:
             st = state.setdefault((cluster_id, group_id), {"deleted_at": None, "offsets_deleted": False})
             if not is_commit:
                 st["deleted_at"] = position if what and st["offsets_deleted"] else None
-            elif what["is_tombstone"]:
+            elif what[1]:
                 st["offsets_deleted"] = True
             else:
                 st["offsets_deleted"] = False
                 if st["deleted_at"] is not None:
-                    who, member = attribution_at(attribution, pa.Table.from_pylist([what]).select(
-                        ["cluster_id", "offsets_partition", "offset"]))
-                    what.update(attribution=who[0].as_py(), member_id=member[0].as_py())
-                    out.append(anomaly_row("commit_after_group_deleted", what, now, "ingest",
+                    row = mine.slice(what[0], 1)
+                    who, member = attribution_at(attribution, row.select(["cluster_id", "offsets_partition",
+                                                                          "offset"]))
+                    commit = row.to_pylist()[0]
+                    commit.update(attribution=who[0].as_py(), member_id=member[0].as_py())
+                    out.append(anomaly_row("commit_after_group_deleted", commit, now, "ingest",
                                            reason=KINDS["commit_after_group_deleted"][1]
                                            + f" (tombstone at offset {st['deleted_at']})"))
                     st["deleted_at"] = None
@@ -262,7 +268,7 @@ def log_bound_anomalies(engine: DeltaEngine, commits: pa.Table, attribution: pa.
     """This batch's commits against snapshots the lake already holds (a replayed history)."""
     if commits.num_rows == 0:
         return []
-    bounds = _log_bounds(engine, set(commits.column("cluster_id").to_pylist()))
+    bounds = _log_bounds(engine, {c for c, in distinct_keys(commits, ("cluster_id",))})
     if bounds is None:
         return []
     snaps = by_partition(bounds)

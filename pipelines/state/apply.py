@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from pipelines.decode.jsonify import dumps
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
-from pipelines.lake.keys import KeyFilter
+from pipelines.lake.keys import KeyFilter, distinct_keys
 from pipelines.model import OP, LatestRecord, StateInput
 from pipelines.state import topics
 from pipelines.state.generations import generation_changes
@@ -45,8 +45,8 @@ def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
         changed["committed_offsets"] = oc_changes.num_rows
 
     latest = _latest_group_record_changes(batch, now)
-    clusters = set(latest.column("cluster_id").to_pylist()) | set(
-        batch.offset_commits.column("cluster_id").to_pylist())
+    clusters = {c for c, in distinct_keys(latest, ("cluster_id",)) | distinct_keys(batch.offset_commits,
+                                                                                  ("cluster_id",))}
     known = topics.known_names(engine, clusters)
     names = {**known, **topics.batch_names(batch)}
     # Ownership history replays this batch on the state *before* it (member metadata as
@@ -63,11 +63,9 @@ def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
         engine.ensure(contract(topics.TABLE))
         if engine.merge(contract(topics.TABLE), topics.name_rows(new_names, "log", now), app_id, batch_id):
             changed[topics.TABLE] = len(new_names)
-    touched = set(zip(latest.column("cluster_id").to_pylist(), latest.column("group_id").to_pylist(),
-                      strict=True))
+    touched = distinct_keys(latest, ("cluster_id", "group_id"))
     # offset deletions can remove an offset-only group: its groups are touched too
-    touched |= set(zip(oc_changes.column("cluster_id").to_pylist(),
-                       oc_changes.column("group_id").to_pylist(), strict=True))
+    touched |= distinct_keys(oc_changes, ("cluster_id", "group_id"))
     # members holding a topic id whose name is now known are derived again
     touched |= topics.unresolved_member_groups(engine, names)
     if not touched:
@@ -211,14 +209,12 @@ def _groups_with_offsets(engine: DeltaEngine, groups: set[tuple[str, str]],
     row per key, merged before this is asked): only the other groups are looked up in
     ``committed_offsets``, so a batch of commits does not scan the million-key table."""
     upserts = oc_changes.filter(pc.equal(oc_changes.column(OP), "upsert"))
-    live = set(zip(upserts.column("cluster_id").to_pylist(), upserts.column("group_id").to_pylist(),
-                   strict=True)) & groups
+    live = distinct_keys(upserts, ("cluster_id", "group_id")) & groups
     rest = groups - live
     if not rest:
         return live
     table = engine.read("committed_offsets", ["cluster_id", "group_id"], _group_filter(rest))
-    return live | (set(zip(table.column("cluster_id").to_pylist(), table.column("group_id").to_pylist(),
-                           strict=True)) & rest)
+    return live | (distinct_keys(table, ("cluster_id", "group_id")) & rest)
 
 
 def _latest_records(engine: DeltaEngine, groups: set[tuple[str, str]],

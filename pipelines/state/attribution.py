@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
-from pipelines.lake.keys import KeyFilter
+from pipelines.lake.keys import KeyFilter, distinct_keys
 from pipelines.state import topics
 
 ATTRIBUTION = "commit_attribution"
@@ -47,8 +47,7 @@ def generation_rows(engine: DeltaEngine, commits: pa.Table) -> pa.Table:
     """Ownership rows of the committing groups, topic ids resolved to names where known."""
     cols = ["cluster_id", "group_id", "group_type", "generation", "member_id", "group_instance_id",
             "client_id", "client_host", "topic", "partition", "valid_from_offset", "valid_to_offset"]
-    groups = set(zip(commits.column("cluster_id").to_pylist(), commits.column("group_id").to_pylist(),
-                     strict=True))
+    groups = distinct_keys(commits, ("cluster_id", "group_id"))
     if not groups:
         return contract("group_generations").arrow_schema.empty_table().select(cols)
     gens = engine.read("group_generations", cols, KeyFilter.of(("cluster_id", "group_id"), groups))

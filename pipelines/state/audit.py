@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
-from pipelines.lake.keys import KeyFilter, quote_identifier, sql_literal
+from pipelines.lake.keys import KeyFilter, distinct_keys, quote_identifier, sql_literal
 from pipelines.model import OP, GroupRecord, LatestRecord, StateInput
 from pipelines.state import topics
 from pipelines.state.anomalies import (
@@ -146,9 +146,7 @@ def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     commits = batch_commits(engine, batch, app_id, batch_id)
     events = [(g.cluster_id, g.group_id, g.record) for g in batch.group_records
               if g.record.record_type in GROUP_RECORD_TYPES]
-    pairs = commits.select(["cluster_id", "group_id"]).group_by(["cluster_id", "group_id"],
-                                                                use_threads=False).aggregate([])
-    groups = set(zip(pairs.column("cluster_id").to_pylist(), pairs.column("group_id").to_pylist(), strict=True))
+    groups = distinct_keys(commits, ("cluster_id", "group_id"))
     groups |= {(c, g) for c, g, _ in events}
     if not groups:
         return {}
