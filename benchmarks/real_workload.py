@@ -178,14 +178,14 @@ def _child(data: str, lake: str, spawned: float) -> None:
     spark_mod.spark_session = session
     timed(ingest, "ensure_tables", "tables created (ensure_tables)")
     timed(ingest, "pending_history", "batch: replay check (pending_history)")
-    timed(ingest, "history_parts_on_executors", "batch: decode + history files (Spark job)")
+    timed(ingest, "part_cells_on_executors", "batch: decode + history files (Spark job)")
     timed(ingest, "commit_batch", "batch: commits, state, audit (commit_batch)")
     timed(ingest, "apply_state", "batch:   state merge (apply_state)")
     timed(ingest, "audit_batch", "batch:   audit (audit_batch)")
     timed(ingest, "_source_facts", "after the query: source problems")
     timed(ingest, "run_ingest", "run_ingest total")
     timed(ingest, "open_stream", "open_stream (source registered)")
-    timed(ingest, "_write_batch", "batch on the driver (_write_batch)")
+    timed(ingest, "_commit_handed", "batch on the driver (_commit_handed)")
     from pipelines.lake.engines import DeltaRsEngine
     timed(DeltaRsEngine, "commit_files", "batch:   history Delta commits (commit_files)")
 

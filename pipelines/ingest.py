@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from pipelines.history import pending
 from pipelines.history.parts import HistoryPart, combined_state, history_part
 from pipelines.history.spark_writes import write_history_with_spark
 from pipelines.history.tables import HISTORY_TABLES, no_cyclic_gc
@@ -236,14 +237,15 @@ def commit_batch(engine: DeltaEngine, parts: list[HistoryPart], batch_id: int, a
     log.info("batch %d: %d records%s", batch_id, records, f", not decoded: {bad}" if bad else "")
 
 
-def history_parts_on_executors(df, batch_id: int, now: datetime, lake: Path | str | LakeLocation,
-                               tables: tuple[str, ...]) -> list[HistoryPart]:
+def part_cells_on_executors(df, batch_id: int, now: datetime, lake: Path | str | LakeLocation,
+                            tables: tuple[str, ...]) -> list[bytes]:
     """Each Spark task decodes its share of the batch and writes its history files itself,
     straight into the lake (a shared directory or the object store, reached with the
     lake's storage options, which travel inside the task and are never logged).
 
     Only the parts (file names, counts, the rows the state needs) come back to the
-    driver, pickled in one binary cell per task: no history row crosses to the driver.
+    driver, pickled in one binary cell per task (:func:`pending.parts_of` reads them): no
+    history row crosses to the driver.
     """
     lake_dir = lake_location(lake)
 
@@ -257,9 +259,7 @@ def history_parts_on_executors(df, batch_id: int, now: datetime, lake: Path | st
                 cell = pickle.dumps(history_part(raw, batch_id, now, lake_dir, tables))
             yield pa.RecordBatch.from_arrays([pa.array([cell], pa.binary())], names=["part"])
 
-    rows = df.mapInArrow(task, "part binary").collect()
-    with no_cyclic_gc():  # the parts hold the batch's decoded group records
-        return [pickle.loads(row.part) for row in rows]
+    return [row.part for row in df.mapInArrow(task, "part binary").collect()]
 
 
 def open_stream(spark, cfg: IngestConfig):
@@ -370,20 +370,49 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
     progress = _progress_bar(cfg.progress)
     fresh = not any((cfg.checkpoint_dir / "spark" / "offsets").glob("[0-9]*"))
 
-    handoff: queue.Queue = queue.Queue()
+    kept = cfg.checkpoint_dir / "pending_batches"
+    commit_kept(engine, kept, app_id, report)  # what a stopped run handed to Spark uncommitted
+    # Engines whose executors write the history files overlap batches: the driver commits
+    # batch N while the executors decode N+1.
+    overlap = engine.commits_files
+    handoff: queue.Queue[HandedBatch] = queue.Queue()
+    last: list[HandedBatch] = []  # the batch handed over last (overlapping)
+    planner: list[DeltaEngine] = []
+
+    def tables_to_write(batch_id: int) -> tuple[str, ...]:
+        """The history tables batch ``batch_id`` still needs, asked on the callback thread:
+        through the main engine before the first hand-over (the main thread is idle), then
+        through an engine of its own (the main one is busy committing the previous batch)."""
+        if not last:
+            return pending_history(engine, app_id, batch_id)
+        if not planner:
+            planner.append(make_engine("delta-rs", engine.location))
+        return pending_history(planner[0], app_id, batch_id)
 
     def on_batch(df, batch_id: int) -> None:
-        """Runs on py4j's callback thread: hand the batch to the main thread and wait.
+        """Runs on py4j's callback thread; every Python step of a commit runs on the main
+        thread (Python code on the callback thread ran ~3x slower there: 11 s vs 4 s for one
+        1M-record batch).
 
-        Python code on the callback thread ran ~3x slower than on the main thread here
-        (measured: 11 s vs 4 s for one 1M-record batch), so the work happens in the main
-        thread; returning only when it is done keeps Spark's commit after the Delta writes.
+        Overlapping: the executors decode and write the batch's history files, the parts are
+        kept in the checkpoint (:mod:`pipelines.history.pending`) and handed over; this
+        returns when the previous batch is committed, so one commit at most is in flight and
+        its failure fails this batch. Otherwise: hand the batch over and wait until it is
+        committed, so Spark's commit comes after the Delta writes.
         """
-        done, outcome = threading.Event(), {}
-        handoff.put((df, batch_id, done, outcome))
-        done.wait()
-        if "error" in outcome:
-            raise outcome["error"]
+        if not overlap:
+            batch = HandedBatch(batch_id, df=df)
+            handoff.put(batch)
+            batch.wait()
+            return
+        now = datetime.now(timezone.utc)
+        cells = part_cells_on_executors(df, batch_id, now, engine.location, tables_to_write(batch_id))
+        pending.keep(kept, batch_id, now, cells)
+        batch = HandedBatch(batch_id, now=now, parts=pending.parts_of(cells))
+        handoff.put(batch)
+        previous, last[:] = last[:], [batch]
+        for earlier in previous:
+            earlier.wait()
 
     writer = (open_stream(spark, cfg).writeStream.foreachBatch(on_batch)
               .option("checkpointLocation", str(cfg.checkpoint_dir / "spark"))
@@ -396,23 +425,28 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
     try:
         while query.isActive or not handoff.empty():
             try:  # a short poll: the query's end is noticed here, after its last batch
-                df, batch_id, done, outcome = handoff.get(timeout=0.05)
+                batch = handoff.get(timeout=0.05)
             except queue.Empty:
                 continue
-            log.debug("batch %d handed over %.2fs after the query started", batch_id,
+            log.debug("batch %d handed over %.2fs after the query started", batch.batch_id,
                       time.perf_counter() - started)
             try:
-                _write_batch(engine, df, batch_id, app_id, report, progress)
+                if batch.parts is not None:
+                    _commit_handed(engine, batch, kept, app_id, report, progress)
+                else:
+                    _write_batch(engine, batch.df, batch.batch_id, app_id, report, progress)
             except BaseException as exc:  # surfaces through Spark as the batch's failure
-                outcome["error"] = exc
+                batch.error = exc
+                if overlap:  # Spark counts this batch done already: stop, and say why here
+                    raise
             finally:
-                done.set()
+                batch.done.set()
         query.awaitTermination()
-    except BaseException:  # e.g. Ctrl-C: fail the waiting batch, stop the query, re-raise
+    except BaseException:  # e.g. Ctrl-C: fail the waiting batches, stop the query, re-raise
         while not handoff.empty():
-            _, _, done, outcome = handoff.get_nowait()
-            outcome["error"] = RuntimeError("ingest interrupted")
-            done.set()
+            waiting = handoff.get_nowait()
+            waiting.error = RuntimeError("ingest interrupted")
+            waiting.done.set()
         if query.isActive:
             query.stop()
         raise
@@ -426,16 +460,53 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
     return report
 
 
+@dataclass
+class HandedBatch:
+    """A micro-batch handed from Spark's callback thread to the main thread: its DataFrame
+    (to decode and commit there) or the parts the executors decoded (to commit)."""
+
+    batch_id: int
+    df: object = None
+    now: datetime | None = None
+    parts: list[HistoryPart] | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+    def wait(self) -> None:
+        """Until the main thread is done with the batch; its failure raised here."""
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+
+
+def commit_kept(engine: DeltaEngine, kept: Path, app_id: str, report: IngestReport) -> None:
+    """Commit the batches a stopped run kept (Spark counted them done; their commits had
+    not all landed), in batch order, before this run's query starts."""
+    for batch_id, now, parts in pending.kept(kept):
+        log.info("batch %d: committing what the last run decoded but had not committed", batch_id)
+        commit_batch(engine, parts, batch_id, app_id, now, report)
+        pending.drop(kept, batch_id)
+
+
+def _commit_handed(engine: DeltaEngine, batch: HandedBatch, kept: Path, app_id: str,
+                   report: IngestReport, progress) -> None:
+    """Commit a batch the executors decoded (the next one is decoded meanwhile)."""
+    started = time.perf_counter()
+    assert batch.parts is not None and batch.now is not None
+    commit_batch(engine, batch.parts, batch.batch_id, app_id, batch.now, report)
+    pending.drop(kept, batch.batch_id)
+    log.debug("batch %d: committed %.2fs", batch.batch_id, time.perf_counter() - started)
+    _show_progress(progress, report)
+
+
 def _write_batch(engine: DeltaEngine, df, batch_id: int, app_id: str, report: IngestReport,
                  progress) -> None:
-    """One micro-batch, on the main thread: its history written (by the executors, through
-    delta-spark, or here), then the batch committed to the state tables."""
+    """One micro-batch, on the main thread: its history written (through delta-spark, or
+    here), then the batch committed to the state tables."""
     batch_started = time.perf_counter()
     now = datetime.now(timezone.utc)
     tables = pending_history(engine, app_id, batch_id)
-    if engine.commits_files:
-        parts = history_parts_on_executors(df, batch_id, now, engine.location, tables)
-    elif hasattr(engine, "append_frame"):  # delta-spark: executors write through Delta
+    if hasattr(engine, "append_frame"):  # delta-spark: executors write through Delta
         parts = write_history_with_spark(engine, df, batch_id, now, tables, app_id)
     else:
         parts = [history_part(unpacked(df.toArrow()), batch_id, now, None, tables)]
@@ -443,6 +514,10 @@ def _write_batch(engine: DeltaEngine, df, batch_id: int, app_id: str, report: In
     commit_batch(engine, parts, batch_id, app_id, now, report)
     log.debug("batch %d: decoded and written %.2fs, committed %.2fs", batch_id,
               decoded - batch_started, time.perf_counter() - decoded)
+    _show_progress(progress, report)
+
+
+def _show_progress(progress, report: IngestReport) -> None:
     if progress is not None:
         progress.set_postfix(batches=report.batches, refresh=False)
         progress.update(report.records - progress.n)

@@ -388,3 +388,24 @@ def test_streams_commits_are_attributed_through_the_topology(tmp_path: Path) -> 
         (zombie,) = [r for r in rows if r["attribution"] == "zombie"]
         assert zombie["last_owner_client_id"] == "c1"
         assert _anomalies(lake) == {("zombie_commit", "s", "in", 1, 9)}
+
+
+def test_a_batch_read_back_comes_in_log_order_one_row_per_position() -> None:
+    """Rows from several files (any order, a position twice where files overlap) come back
+    sorted by (cluster, offsets partition, position) without the duplicate; sorted input
+    comes back as it was."""
+    from pipelines.state.audit import _dedupe_positions
+
+    rows = pa.table({"cluster_id": ["b", "a", "a", "b", "a", "a"],
+                     "offsets_partition": pa.array([0, 1, 0, 0, 0, 1], pa.int32()),
+                     "offset": pa.array([5, 2, 9, 5, 3, 1], pa.int64()),
+                     "n": [1, 2, 3, 4, 5, 6]})
+    got = _dedupe_positions(rows)
+    keys = list(zip(*(got.column(c).to_pylist() for c in ("cluster_id", "offsets_partition", "offset")),
+                    strict=True))
+    # each cluster's rows together (clusters in the order first seen), then by partition and position
+    assert keys == [("b", 0, 5), ("a", 0, 3), ("a", 0, 9), ("a", 1, 1), ("a", 1, 2)]
+    assert got.column("n").to_pylist()[1:] == [5, 3, 6, 2]
+    ordered = rows.take([1, 4, 2, 5, 0]).sort_by([("cluster_id", "ascending"), ("offsets_partition", "ascending"),
+                                                   ("offset", "ascending")])
+    assert _dedupe_positions(ordered) is ordered

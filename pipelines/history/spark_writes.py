@@ -77,7 +77,7 @@ def _ipc(table: pa.Table) -> bytes:
 def decode_cells(raw: pa.Table, batch_id: int, ingested_at: datetime,
                  tables: tuple[str, ...] = HISTORY_TABLES) -> pa.RecordBatch:
     """One task's raw records as cells: one per non-empty history table, one summary."""
-    with no_cyclic_gc():  # see history_parts_on_executors in pipelines.ingest
+    with no_cyclic_gc():  # see pending.parts_of
         return _decode_cells(raw, batch_id, ingested_at, tables)
 
 

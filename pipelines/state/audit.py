@@ -122,18 +122,25 @@ def batch_commits(engine: DeltaEngine, batch: StateInput, app_id: str | None = N
 
 
 def _dedupe_positions(table: pa.Table) -> pa.Table:
+    """``table`` in log order, one row per (cluster, offsets partition, position); a batch
+    read back from its own files usually is already (then nothing is copied)."""
     if table.num_rows == 0:
         return table
-    cluster = pc.dictionary_encode(table.column("cluster_id")).combine_chunks()
-    order = np.lexsort((table.column("offset").to_numpy(), table.column("offsets_partition").to_numpy(),
-                        cluster.indices.to_numpy()))
-    table = table.take(order)
-    c = cluster.indices.to_numpy()[order]
+    c = pc.dictionary_encode(table.column("cluster_id")).combine_chunks().indices.to_numpy()
     p = table.column("offsets_partition").to_numpy()
     o = table.column("offset").to_numpy()
+    if not _in_order(c, p, o):
+        order = np.lexsort((o, p, c))
+        table, c, p, o = table.take(order), c[order], p[order], o[order]
     keep = np.ones(len(o), bool)
     keep[1:] = (c[1:] != c[:-1]) | (p[1:] != p[:-1]) | (o[1:] != o[:-1])
     return table if keep.all() else table.filter(pa.array(keep))
+
+
+def _in_order(c: np.ndarray, p: np.ndarray, o: np.ndarray) -> bool:
+    """Whether rows are sorted by (cluster code, partition, position)."""
+    dc, dp, do = np.diff(c), np.diff(p.astype(np.int64)), np.diff(o)
+    return bool(np.all((dc > 0) | ((dc == 0) & ((dp > 0) | ((dp == 0) & (do >= 0))))))
 
 
 def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: int,

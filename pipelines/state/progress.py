@@ -67,14 +67,17 @@ def record_progress(engine: DeltaEngine, app_id: str, batch_id: int, now: dateti
     """Fold batch ``batch_id``'s ``offsets_raw`` rows (committed before) into the table, in
     the batch's transaction; rows written (0 when already done or nothing to add).
 
-    The batch's rows are found by ``ingest_batch_id`` (files skipped on their statistics).
-    Another query's batch of the same number adds only positions the table already holds.
+    The batch's rows are read from the files this engine committed for it, else found by
+    ``ingest_batch_id`` (files skipped on their statistics). Another query's batch of the
+    same number adds only positions the table already holds.
     """
     if engine.committed(TABLE, app_id, batch_id):
         return 0
     if not engine.exists(TABLE):
         build_from_history(engine, now)
-    batch = engine.read("offsets_raw", _RAW_COLUMNS, KeyFilter.of(("ingest_batch_id",), {(batch_id,)}))
+    batch = engine.read_own_batch("offsets_raw", app_id, batch_id, _RAW_COLUMNS)  # no table scan
+    if batch is None:
+        batch = engine.read("offsets_raw", _RAW_COLUMNS, KeyFilter.of(("ingest_batch_id",), {(batch_id,)}))
     new = aggregate(batch, now)
     if new.num_rows == 0:
         return 0
