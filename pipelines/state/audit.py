@@ -226,8 +226,9 @@ def revisit_unresolved(engine: DeltaEngine, clusters: set[str], app_id: str, ver
         return {}
     cols = ["cluster_id", "group_id", "topic", "partition", "committed_offset", "leader_epoch",
             "commit_timestamp", "offsets_partition", "offset", "record_timestamp"]
-    pending = engine.read(ATTRIBUTION, None, KeyFilter.of(("cluster_id", "attribution"),
-                                                          {(c, "topic_unresolved") for c in clusters}))
+    # only the columns attribute() reads: this scans the table (files mix every attribution)
+    pending = engine.read(ATTRIBUTION, [*cols, "attribution"],
+                          KeyFilter.of(("cluster_id", "attribution"), {(c, "topic_unresolved") for c in clusters}))
     pending = pending.filter(pc.equal(pending.column("attribution"), "topic_unresolved")).select(cols)
     if pending.num_rows == 0:
         return {}
