@@ -176,16 +176,22 @@ def _child(data: str, lake: str, spawned: float) -> None:
         spark.streams.addListener(Listener())
         return spark
     spark_mod.spark_session = session
+    try:  # where the per-batch steps live (pipelines.ingest in older trees)
+        import pipelines.micro_batch as batch_steps
+    except ImportError:
+        batch_steps = ingest
     timed(ingest, "ensure_tables", "tables created (ensure_tables)")
-    timed(ingest, "pending_history", "batch: replay check (pending_history)")
-    timed(ingest, "part_cells_on_executors", "batch: decode + history files (Spark job)")
-    timed(ingest, "commit_batch", "batch: commits, state, audit (commit_batch)")
-    timed(ingest, "apply_state", "batch:   state merge (apply_state)")
-    timed(ingest, "audit_batch", "batch:   audit (audit_batch)")
+    timed(batch_steps, "pending_history", "batch: replay check (pending_history)")
+    timed(batch_steps, "part_cells_on_executors", "batch: decode + history files (Spark job)")
+    timed(batch_steps, "commit_batch", "batch: commits, state, audit (commit_batch)")
+    timed(batch_steps, "apply_state", "batch:   state merge (apply_state)")
+    timed(batch_steps, "audit_batch", "batch:   audit (audit_batch)")
     timed(ingest, "_source_facts", "after the query: source problems")
     timed(ingest, "run_ingest", "run_ingest total")
     timed(ingest, "open_stream", "open_stream (source registered)")
-    timed(ingest, "_commit_handed", "batch on the driver (_commit_handed)")
+    timed(ingest, "_write_batch", "batch on the driver (_write_batch)")
+    if batch_steps is not ingest:
+        timed(batch_steps.Handover, "_commit", "batch on the driver (Handover._commit)")
     from pipelines.lake.engines import DeltaRsEngine
     timed(DeltaRsEngine, "commit_files", "batch:   history Delta commits (commit_files)")
 

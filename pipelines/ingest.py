@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
-import queue
 import sys
 import threading
 import time
@@ -25,13 +23,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipelines.history import pending
-from pipelines.history.parts import HistoryPart, combined_state, history_part
-from pipelines.history.spark_writes import write_history_with_spark
-from pipelines.history.tables import HISTORY_TABLES, no_cyclic_gc
+from pipelines.history.parts import history_part
+from pipelines.history.tables import HISTORY_TABLES
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, make_engine
 from pipelines.lake.location import LakeLocation, lake_location
+from pipelines.micro_batch import Handover, commit_batch, commit_kept, pending_history
 from pipelines.source_identity import (
     SourceIdentity,
     claim,
@@ -39,16 +36,12 @@ from pipelines.source_identity import (
     kafka_identity,
     segments_identity,
 )
-from pipelines.sources.raw import PACKED_ARROW_SCHEMA, unpacked
+from pipelines.sources.raw import PACKED_ARROW_SCHEMA
 from pipelines.sources.record_batches.problems import Problem
 from pipelines.sources.segments.index import source_problems
-from pipelines.state.apply import apply_state
 from pipelines.state.audit import TABLES as AUDIT_TABLES
-from pipelines.state.audit import audit_batch
 from pipelines.state.audit import backfill as audit_backfill
 from pipelines.state.audit import backfill_clusters as audit_backfill_clusters
-from pipelines.state.progress import TABLE as PROGRESS
-from pipelines.state.progress import record_progress
 
 log = logging.getLogger(__name__)
 
@@ -173,11 +166,6 @@ def ensure_tables(engine: DeltaEngine) -> None:
         engine.ensure(contract(name))
 
 
-def pending_history(engine: DeltaEngine, app_id: str, batch_id: int) -> tuple[str, ...]:
-    """History tables that do not hold this batch yet (all of them, unless this is a replay)."""
-    return tuple(name for name in HISTORY_TABLES if not engine.committed(name, app_id, batch_id))
-
-
 def process_batch(engine: DeltaEngine, raw: pa.Table, batch_id: int, app_id: str,
                   report: IngestReport) -> None:
     """Write one micro-batch (an Arrow table of raw records) to every table, in this process."""
@@ -187,79 +175,6 @@ def process_batch(engine: DeltaEngine, raw: pa.Table, batch_id: int, app_id: str
     lake = getattr(engine, "location", engine.root) if engine.commits_files else None
     part = history_part(raw, batch_id, now, lake, pending_history(engine, app_id, batch_id))
     commit_batch(engine, [part], batch_id, app_id, now, report)
-
-
-def commit_batch(engine: DeltaEngine, parts: list[HistoryPart], batch_id: int, app_id: str,
-                 now: datetime, report: IngestReport) -> None:
-    """Commit a micro-batch's history (one Delta transaction per table), then its state.
-
-    Every commit carries ``(app_id, batch_id)``; a replay skips what is already in.
-    """
-    records = sum(p.records for p in parts)
-    if records == 0:
-        return
-    wrote = False
-    for name in HISTORY_TABLES:
-        if any(name in p.files for p in parts):
-            files = [f for p in parts for f in p.files.get(name, ())]
-            written = engine.commit_files(contract(name), files, app_id, batch_id)
-            rows = sum(f.num_records for f in files)
-        elif any(name in p.tables for p in parts):
-            data = pa.concat_tables([p.tables[name] for p in parts])
-            written, rows = engine.append(contract(name), data, app_id, batch_id), data.num_rows
-        elif any(name in p.written for p in parts):  # written by the executors (delta-spark)
-            written, rows = True, sum(p.written.get(name, 0) for p in parts)
-        else:  # already committed when the batch was decoded
-            continue
-        if written:
-            wrote = True
-            report.rows[name] += rows
-    with no_cyclic_gc():
-        state = combined_state(parts)
-        state_rows = apply_state(engine, state, app_id, batch_id, now)
-        audit_rows = audit_batch(engine, state, app_id, batch_id, now)  # after the state
-    for table, n in state_rows.items():
-        wrote = True
-        report.rows[table] += n
-    for table, n in audit_rows.items():
-        wrote = True
-        report.rows[table] += n
-    if progressed := record_progress(engine, app_id, batch_id, now):  # reconcile reads it
-        wrote = True
-        report.rows[PROGRESS] += progressed
-    statuses = sum((p.statuses for p in parts), Counter())
-    report.batches += 1
-    report.records += records
-    report.statuses.update(statuses)
-    if not wrote:
-        report.skipped_batches += 1
-    bad = {k: v for k, v in statuses.items() if k not in ("ok", "tombstone", "control")}
-    log.info("batch %d: %d records%s", batch_id, records, f", not decoded: {bad}" if bad else "")
-
-
-def part_cells_on_executors(df, batch_id: int, now: datetime, lake: Path | str | LakeLocation,
-                            tables: tuple[str, ...]) -> list[bytes]:
-    """Each Spark task decodes its share of the batch and writes its history files itself,
-    straight into the lake (a shared directory or the object store, reached with the
-    lake's storage options, which travel inside the task and are never logged).
-
-    Only the parts (file names, counts, the rows the state needs) come back to the
-    driver, pickled in one binary cell per task (:func:`pending.parts_of` reads them): no
-    history row crosses to the driver.
-    """
-    lake_dir = lake_location(lake)
-
-    def task(batches):
-        batches = [b for b in batches if b.num_rows]
-        raw = unpacked(pa.Table.from_batches(batches)) if batches else None
-        if raw is not None and raw.num_rows:
-            # the collector paused while the part's group records are built and pickled: it
-            # kept walking them (pickling a 204k-record group-heavy part: 0.8 -> 0.3 s CPU)
-            with no_cyclic_gc():
-                cell = pickle.dumps(history_part(raw, batch_id, now, lake_dir, tables))
-            yield pa.RecordBatch.from_arrays([pa.array([cell], pa.binary())], names=["part"])
-
-    return [row.part for row in df.mapInArrow(task, "part binary").collect()]
 
 
 def open_stream(spark, cfg: IngestConfig):
@@ -372,49 +287,8 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
 
     kept = cfg.checkpoint_dir / "pending_batches"
     commit_kept(engine, kept, app_id, report)  # what a stopped run handed to Spark uncommitted
-    # Engines whose executors write the history files overlap batches: the driver commits
-    # batch N while the executors decode N+1.
-    overlap = engine.commits_files
-    handoff: queue.Queue[HandedBatch] = queue.Queue()
-    last: list[HandedBatch] = []  # the batch handed over last (overlapping)
-    planner: list[DeltaEngine] = []
-
-    def tables_to_write(batch_id: int) -> tuple[str, ...]:
-        """The history tables batch ``batch_id`` still needs, asked on the callback thread:
-        through the main engine before the first hand-over (the main thread is idle), then
-        through an engine of its own (the main one is busy committing the previous batch)."""
-        if not last:
-            return pending_history(engine, app_id, batch_id)
-        if not planner:
-            planner.append(make_engine("delta-rs", engine.location))
-        return pending_history(planner[0], app_id, batch_id)
-
-    def on_batch(df, batch_id: int) -> None:
-        """Runs on py4j's callback thread; every Python step of a commit runs on the main
-        thread (Python code on the callback thread ran ~3x slower there: 11 s vs 4 s for one
-        1M-record batch).
-
-        Overlapping: the executors decode and write the batch's history files, the parts are
-        kept in the checkpoint (:mod:`pipelines.history.pending`) and handed over; this
-        returns when the previous batch is committed, so one commit at most is in flight and
-        its failure fails this batch. Otherwise: hand the batch over and wait until it is
-        committed, so Spark's commit comes after the Delta writes.
-        """
-        if not overlap:
-            batch = HandedBatch(batch_id, df=df)
-            handoff.put(batch)
-            batch.wait()
-            return
-        now = datetime.now(timezone.utc)
-        cells = part_cells_on_executors(df, batch_id, now, engine.location, tables_to_write(batch_id))
-        pending.keep(kept, batch_id, now, cells)
-        batch = HandedBatch(batch_id, now=now, parts=pending.parts_of(cells))
-        handoff.put(batch)
-        previous, last[:] = last[:], [batch]
-        for earlier in previous:
-            earlier.wait()
-
-    writer = (open_stream(spark, cfg).writeStream.foreachBatch(on_batch)
+    handover = Handover(engine, app_id, kept, report, progress, started)
+    writer = (open_stream(spark, cfg).writeStream.foreachBatch(handover.on_batch)
               .option("checkpointLocation", str(cfg.checkpoint_dir / "spark"))
               .queryName("offsetlake_ingest"))
     if cfg.trigger == "available-now":
@@ -423,33 +297,7 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
         writer = writer.trigger(processingTime=cfg.trigger)
     query = writer.start()
     try:
-        while query.isActive or not handoff.empty():
-            try:  # a short poll: the query's end is noticed here, after its last batch
-                batch = handoff.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            log.debug("batch %d handed over %.2fs after the query started", batch.batch_id,
-                      time.perf_counter() - started)
-            try:
-                if batch.parts is not None:
-                    _commit_handed(engine, batch, kept, app_id, report, progress)
-                else:
-                    _write_batch(engine, batch.df, batch.batch_id, app_id, report, progress)
-            except BaseException as exc:  # surfaces through Spark as the batch's failure
-                batch.error = exc
-                if overlap:  # Spark counts this batch done already: stop, and say why here
-                    raise
-            finally:
-                batch.done.set()
-        query.awaitTermination()
-    except BaseException:  # e.g. Ctrl-C: fail the waiting batches, stop the query, re-raise
-        while not handoff.empty():
-            waiting = handoff.get_nowait()
-            waiting.error = RuntimeError("ingest interrupted")
-            waiting.done.set()
-        if query.isActive:
-            query.stop()
-        raise
+        handover.serve(query)
     finally:
         report.seconds = time.perf_counter() - started
         if progress is not None:
@@ -458,69 +306,6 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
         raise RuntimeError(f"ingest query failed: {query.exception()}")
     _source_facts(cfg, identity, engine, report, fresh)
     return report
-
-
-@dataclass
-class HandedBatch:
-    """A micro-batch handed from Spark's callback thread to the main thread: its DataFrame
-    (to decode and commit there) or the parts the executors decoded (to commit)."""
-
-    batch_id: int
-    df: object = None
-    now: datetime | None = None
-    parts: list[HistoryPart] | None = None
-    done: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-
-    def wait(self) -> None:
-        """Until the main thread is done with the batch; its failure raised here."""
-        self.done.wait()
-        if self.error is not None:
-            raise self.error
-
-
-def commit_kept(engine: DeltaEngine, kept: Path, app_id: str, report: IngestReport) -> None:
-    """Commit the batches a stopped run kept (Spark counted them done; their commits had
-    not all landed), in batch order, before this run's query starts."""
-    for batch_id, now, parts in pending.kept(kept):
-        log.info("batch %d: committing what the last run decoded but had not committed", batch_id)
-        commit_batch(engine, parts, batch_id, app_id, now, report)
-        pending.drop(kept, batch_id)
-
-
-def _commit_handed(engine: DeltaEngine, batch: HandedBatch, kept: Path, app_id: str,
-                   report: IngestReport, progress) -> None:
-    """Commit a batch the executors decoded (the next one is decoded meanwhile)."""
-    started = time.perf_counter()
-    assert batch.parts is not None and batch.now is not None
-    commit_batch(engine, batch.parts, batch.batch_id, app_id, batch.now, report)
-    pending.drop(kept, batch.batch_id)
-    log.debug("batch %d: committed %.2fs", batch.batch_id, time.perf_counter() - started)
-    _show_progress(progress, report)
-
-
-def _write_batch(engine: DeltaEngine, df, batch_id: int, app_id: str, report: IngestReport,
-                 progress) -> None:
-    """One micro-batch, on the main thread: its history written (through delta-spark, or
-    here), then the batch committed to the state tables."""
-    batch_started = time.perf_counter()
-    now = datetime.now(timezone.utc)
-    tables = pending_history(engine, app_id, batch_id)
-    if hasattr(engine, "append_frame"):  # delta-spark: executors write through Delta
-        parts = write_history_with_spark(engine, df, batch_id, now, tables, app_id)
-    else:
-        parts = [history_part(unpacked(df.toArrow()), batch_id, now, None, tables)]
-    decoded = time.perf_counter()
-    commit_batch(engine, parts, batch_id, app_id, now, report)
-    log.debug("batch %d: decoded and written %.2fs, committed %.2fs", batch_id,
-              decoded - batch_started, time.perf_counter() - decoded)
-    _show_progress(progress, report)
-
-
-def _show_progress(progress, report: IngestReport) -> None:
-    if progress is not None:
-        progress.set_postfix(batches=report.batches, refresh=False)
-        progress.update(report.records - progress.n)
 
 
 def _source_facts(cfg: IngestConfig, identity: SourceIdentity, engine: DeltaEngine,

@@ -3,7 +3,7 @@
 Why: the history is >99% of the bytes and needs nothing from other tasks, so each Spark
 task writes its own history files and hands the driver only file names, counts and the
 few rows the state depends on. The driver commits everything in one Delta transaction
-per table (:func:`pipelines.ingest.commit_batch`), so a batch still lands whole or not at all.
+per table (:func:`pipelines.micro_batch.commit_batch`), so a batch still lands whole or not at all.
 """
 
 from __future__ import annotations
