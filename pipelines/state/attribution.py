@@ -65,7 +65,7 @@ def generation_rows(engine: DeltaEngine, commits: pa.Table) -> pa.Table:
 POSITION_SHIFT = np.int64(1) << np.int64(40)  # positions in one offsets partition stay below 2**40
 
 
-def key_ids(*columns: list[pa.ChunkedArray]) -> list[np.ndarray]:
+def key_ids(*columns: list[pa.ChunkedArray | pa.Array]) -> list[np.ndarray]:
     """One integer id per distinct key across tables: ``columns`` is, per table, its key
     columns; equal keys get equal ids in every table, numbered in order of first appearance.
 
@@ -112,8 +112,10 @@ def attribute(commits: pa.Table, gens: pa.Table, now: datetime) -> pa.Table:
     if n == 0:
         return spec.arrow_schema.empty_table()
     tp_cols = ["cluster_id", "group_id", "topic", "partition"]
-    c_tp, g_tp = key_ids([commits.column(c) for c in tp_cols], [gens.column(c) for c in tp_cols])
     c_grp, g_grp = key_ids([commits.column(c) for c in tp_cols[:2]], [gens.column(c) for c in tp_cols[:2]])
+    # a partition's id folds topic and partition into its group's (no second pass over the strings)
+    c_tp, g_tp = key_ids([pa.array(c_grp), commits.column("topic"), commits.column("partition")],
+                         [pa.array(g_grp), gens.column("topic"), gens.column("partition")])
     x = commits.column("offset").to_numpy().astype(np.int64)
     start = gens.column("valid_from_offset").to_numpy().astype(np.int64)
     end_arr = gens.column("valid_to_offset")

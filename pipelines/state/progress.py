@@ -75,9 +75,10 @@ def record_progress(engine: DeltaEngine, app_id: str, batch_id: int, now: dateti
         return 0
     if not engine.exists(TABLE):
         build_from_history(engine, now)
-    batch = engine.read_own_batch("offsets_raw", app_id, batch_id, _RAW_COLUMNS)  # no table scan
+    mine = KeyFilter.of(("ingest_batch_id",), {(batch_id,)})
+    batch = engine.read_own_batch("offsets_raw", app_id, batch_id, _RAW_COLUMNS, mine)  # no table scan
     if batch is None:
-        batch = engine.read("offsets_raw", _RAW_COLUMNS, KeyFilter.of(("ingest_batch_id",), {(batch_id,)}))
+        batch = engine.read("offsets_raw", _RAW_COLUMNS, mine)
     new = aggregate(batch, now)
     if new.num_rows == 0:
         return 0
