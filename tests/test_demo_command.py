@@ -56,3 +56,17 @@ def test_demo_regenerate_replaces_the_old_history(spark, tmp_path: Path, capsys)
     assert f"{n} of {n} equal, 0 unexpected" in out
     assert sorted(p.name for p in (tmp_path / "data").glob("__consumer_offsets-*")) == sorted(
         f"__consumer_offsets-{i}" for i in range(7))
+
+
+def test_next_commands_name_the_program_as_it_was_run(monkeypatch) -> None:
+    """`python -m pipelines.cli` is printed as such; another module's __main__.py (pytest's
+    `python -m pytest`) is not taken for ours."""
+    import sys
+
+    import pipelines.cli.demo as demo
+
+    cli_main = str(Path(demo.__file__).with_name("__main__.py"))
+    monkeypatch.setattr(sys, "argv", [cli_main, "demo"])
+    assert demo._program().endswith(" -m pipelines.cli")
+    monkeypatch.setattr(sys, "argv", ["/venv/lib/python3.11/site-packages/pytest/__main__.py"])
+    assert demo._program() == "offsetlake"

@@ -63,7 +63,7 @@ def _program() -> str:
         if on_path and Path(on_path).resolve() == argv0.resolve():
             return "offsetlake"
         return shlex.quote(sys.argv[0])  # e.g. .venv/bin/offsetlake, as `make demo` runs it
-    if argv0 is not None and argv0.name == "__main__.py":
+    if argv0 is not None and argv0.parts[-3:] == ("pipelines", "cli", "__main__.py"):  # not pytest's
         return f"{shlex.quote(sys.executable)} -m pipelines.cli"
     return "offsetlake"
 
