@@ -220,12 +220,12 @@ class Handover:
         began = time.perf_counter()
         if batch.parts is None:
             decoded = _write_batch(self.engine, batch.df, batch.batch_id, self.app_id, self.report)
+            log.debug("batch %d: decoded and written %.2fs, committed %.2fs", batch.batch_id,
+                      decoded - began, time.perf_counter() - decoded)
         else:  # decoded by the executors (the next batch is decoded meanwhile)
-            decoded = began
             commit_batch(self.engine, batch.parts, batch.batch_id, self.app_id, batch.now, self.report)
             pending.drop(self.kept, batch.batch_id)
-        log.debug("batch %d: decoded %.2fs, committed %.2fs", batch.batch_id, decoded - began,
-                  time.perf_counter() - decoded)
+            log.debug("batch %d: committed %.2fs", batch.batch_id, time.perf_counter() - began)
         if self.progress is not None:
             self.progress.set_postfix(batches=self.report.batches, refresh=False)
             self.progress.update(self.report.records - self.progress.n)

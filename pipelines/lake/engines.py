@@ -450,6 +450,17 @@ def merge_condition(key: tuple[str, ...], keys: KeyFilter) -> str:
     return f"{condition} AND {KeyFilter.of(pushed, values).to_sql(alias='t')}"
 
 
+def read_batch(engine: DeltaEngine, table: str, columns: list[str], where: KeyFilter,
+               app_id: str | None = None, batch_id: int | None = None) -> pa.Table:
+    """Rows of ``table`` selected by ``where`` that batch ``batch_id`` of ``app_id`` wrote:
+    from the files this engine committed for it when it did (no scan of the table; see
+    :meth:`DeltaEngine.read_own_batch`), else through ``where`` from the whole table."""
+    rows = None
+    if app_id is not None and batch_id is not None:
+        rows = engine.read_own_batch(table, app_id, batch_id, columns, where)
+    return engine.read(table, columns, where) if rows is None else rows
+
+
 def make_engine(kind: str, root: str | Path, spark=None,
                 storage_options: dict[str, str] | None = None) -> DeltaEngine:
     if kind in ("delta-rs", "rs", "deltars"):

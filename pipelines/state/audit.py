@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.lake.contracts import contract
-from pipelines.lake.engines import DeltaEngine
+from pipelines.lake.engines import DeltaEngine, read_batch
 from pipelines.lake.keys import KeyFilter, distinct_keys, quote_identifier, sql_literal
 from pipelines.model import OP, GroupRecord, LatestRecord, StateInput
 from pipelines.state import topics
@@ -113,12 +113,7 @@ def batch_commits(engine: DeltaEngine, batch: StateInput, app_id: str | None = N
     if ranges is None or ranges.num_rows == 0:
         return contract("offset_commits").arrow_schema.empty_table().select(_COMMIT_COLUMNS)
     where = PositionRanges.of_ranges(ranges)
-    table = None
-    if app_id is not None and batch_id is not None:
-        table = engine.read_own_batch("offset_commits", app_id, batch_id, _COMMIT_COLUMNS, where)
-    if table is None:
-        table = engine.read("offset_commits", _COMMIT_COLUMNS, where)
-    return _dedupe_positions(table)
+    return _dedupe_positions(read_batch(engine, "offset_commits", _COMMIT_COLUMNS, where, app_id, batch_id))
 
 
 def _dedupe_positions(table: pa.Table) -> pa.Table:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.lake.contracts import contract
-from pipelines.lake.engines import DeltaEngine
+from pipelines.lake.engines import DeltaEngine, read_batch
 from pipelines.lake.keys import KeyFilter
 from pipelines.model import OP
 
@@ -75,10 +75,8 @@ def record_progress(engine: DeltaEngine, app_id: str, batch_id: int, now: dateti
         return 0
     if not engine.exists(TABLE):
         build_from_history(engine, now)
-    mine = KeyFilter.of(("ingest_batch_id",), {(batch_id,)})
-    batch = engine.read_own_batch("offsets_raw", app_id, batch_id, _RAW_COLUMNS, mine)  # no table scan
-    if batch is None:
-        batch = engine.read("offsets_raw", _RAW_COLUMNS, mine)
+    batch = read_batch(engine, "offsets_raw", _RAW_COLUMNS, KeyFilter.of(("ingest_batch_id",), {(batch_id,)}),
+                       app_id, batch_id)
     new = aggregate(batch, now)
     if new.num_rows == 0:
         return 0
