@@ -25,7 +25,8 @@ OFFSET_KEY = ["cluster_id", "group_id", "topic", "partition"]
 
 @dataclass(frozen=True)
 class LatestRecord:
-    """One row of ``group_records_latest`` with its value decoded."""
+    """One row of ``group_records_latest`` with its value decoded. ``record_timestamp`` is
+    in microseconds since the epoch, UTC (what Arrow stores; a datetime is accepted too)."""
 
     record_type: int
     subkey: str

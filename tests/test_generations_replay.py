@@ -14,6 +14,7 @@ import pytest
 
 from pipelines.demo import generate_cluster
 from pipelines.history.tables import build_history
+from pipelines.lake.contracts import contract
 from pipelines.sources.record_batches.arrow_reader import read_arrow
 from pipelines.state.generations import generation_changes
 from tests.conftest import corpus_path
@@ -35,11 +36,20 @@ def _key(r: dict) -> tuple:
     return (r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"], r["group_type"])
 
 
-def _both(*args) -> list[dict]:
-    new = generation_changes(*args)
-    old = generations_oracle.generation_changes(*args)
-    assert sorted(new, key=_key) == sorted(old, key=_key)
-    return new
+def _both(open_rows: list[dict], events: list, names: dict, cluster_id: str, now: datetime,
+          members: dict, unfilled: list[dict], topologies: dict) -> list[dict]:
+    """The replay (stored rows in and changed rows out as Arrow tables, as the lake holds
+    them) and the oracle (dicts) on the same records: the same rows, value for value."""
+    spec = contract("group_generations")
+    new = generation_changes(spec.from_rows(open_rows), events, names, cluster_id, now, members,
+                             spec.from_rows(unfilled), topologies)
+    assert new.schema == spec.arrow_schema
+    old = generations_oracle.generation_changes(open_rows, events, names, cluster_id, now, members,
+                                                unfilled, topologies)
+    assert all(set(r) == set(spec.column_names) for r in old)
+    new_rows = new.to_pylist()
+    assert sorted(new_rows, key=_key) == sorted(spec.from_rows(old).to_pylist(), key=_key)
+    return new_rows
 
 
 def _replay_in_two(events: list, names: dict) -> int:

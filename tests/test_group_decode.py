@@ -13,7 +13,8 @@ spliced lengths), so error statuses and messages are covered too.
 from __future__ import annotations
 
 import gc
-from datetime import datetime, timezone
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,12 +24,14 @@ import pytest
 from pipelines.decode import decode_record
 from pipelines.demo import generate_cluster
 from pipelines.history.tables import build_history
+from pipelines.model import GroupRecord
 from pipelines.sources.record_batches.arrow_reader import read_arrow
 from tests.conftest import CORPUS, corpus_path
 from tests.support import codec_oracle
 from tests.support.group_history_oracle import group_history
 
 NOW = datetime(2026, 11, 24, 11, 0, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 GROUP_TYPES = range(2, 24)
 
 
@@ -133,12 +136,20 @@ def _check_history(raw: pa.Table) -> None:
     gm = new.group_metadata.combine_chunks()
     assert gm.schema == old.group_metadata.schema
     assert gm.equals(old.group_metadata.combine_chunks())
-    assert new.group_records == old.group_records
-    assert repr(new.group_records) == repr(old.group_records)
+    # the state's records carry their timestamp in microseconds (the old path: datetimes)
+    expected = [GroupRecord(g.cluster_id, g.group_id, replace(g.record, record_timestamp=_micros(
+        g.record.record_timestamp))) for g in old.group_records]
+    assert new.group_records == expected
+    assert repr(new.group_records) == repr(expected)
+    assert all(type(g.record.record_timestamp) in (int, type(None)) for g in new.group_records)
     rows = pa.array(old.rows, pa.int64())
     for name, expected in (("record_type", old.record_type), ("decode_status", old.decode_status),
                            ("decode_error", old.decode_error)):
         assert new.offsets_raw.column(name).take(rows).to_pylist() == expected, name
+
+
+def _micros(stamp: datetime | None) -> int | None:
+    return None if stamp is None else (stamp - EPOCH) // timedelta(microseconds=1)
 
 
 def test_group_history_equals_the_old_path_with_damaged_records_and_spark_timestamps(

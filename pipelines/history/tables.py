@@ -11,7 +11,7 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -166,7 +166,7 @@ def _decode_group_rows(sub: pa.Table, ingested_at: datetime, group_rows: list[pa
     cluster = sub.column("cluster_id").to_pylist()
     part = sub.column("offsets_partition").to_pylist()
     offset = sub.column("offset").to_pylist()
-    stamp = _py_timestamps(sub.column("timestamp"))
+    stamp = _micros(sub.column("timestamp"))
     group_ids = [r.group_id for r in recs]
     subkeys = [_subkey(r.key) for r in recs]
     group_records.extend(
@@ -185,16 +185,10 @@ def _subkey(key: dict) -> str:
     return key.get("regular_expression", "")
 
 
-def _py_timestamps(column: pa.ChunkedArray) -> list:
-    """``column.to_pylist()`` for UTC timestamps, without Arrow's per-value conversion: the
-    epoch as Arrow converts it (same tzinfo) plus each value as a timedelta."""
-    ts_type = column.type
-    if ts_type.tz != "UTC" or ts_type.unit not in ("ms", "us") or len(column) == 0:
-        return column.to_pylist()
-    epoch = pa.scalar(0, ts_type).as_py()
-    unit = timedelta(milliseconds=1) if ts_type.unit == "ms" else timedelta(microseconds=1)
-    return [None if v is None else epoch + v * unit
-            for v in column.cast(pa.int64()).to_pylist()]
+def _micros(column: pa.ChunkedArray) -> list:
+    """UTC timestamps as microseconds since the epoch: Python ints cost nothing to make,
+    pickle to the driver or turn back into Arrow, where a datetime costs ~2-4 us each way."""
+    return column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
 
 
 def _offset_commits(raw: pa.Table, offsets: pa.Table, record_type: pa.Array, status: pa.Array,

@@ -108,49 +108,74 @@ def _generation_changes(engine: DeltaEngine, batch: StateInput, names: topics.Na
                         known: topics.Names, now: datetime) -> pa.Table:
     """Change set for ``group_generations``: rows still naming a topic by an id this batch
     names (renamed: old key deleted), then the batch's classic/KIP-848 events replayed."""
-    new = {k: v for k, v in names.items() if k not in known}
-    out: dict[tuple, dict] = {}
-    deletes: dict[tuple, dict] = {}
-
-    def gen_key(r: dict) -> tuple:
-        return (r["cluster_id"], r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"],
-                r["group_type"])
-
-    def resolved(rows: list[dict]) -> list[dict]:
-        result = []
-        for r in rows:
-            fixed = topics.resolve_row(r, new)
-            if fixed is not r:
-                deletes[gen_key(r)] = r
-                out[gen_key(fixed)] = {**fixed, "updated_at": now}
-            result.append(fixed)
-        return result
-
-    resolved(topics.renamed_generation_rows(engine, new))
+    renames = _Renames({k: v for k, v in names.items() if k not in known}, now)
+    renames.resolve(topics.renamed_generation_rows(engine, renames.names))
     events: dict[str, list] = {}
     for g in batch.group_records:
         if g.record.record_type in (2, 3, 5, 8, 17, 19, 22, 23):
             events.setdefault(g.cluster_id, []).append((g.group_id, g.record))
+    replayed = []
     if events:
         ev_groups = {(c, g) for c, evs in events.items() for g, _ in evs}
-        open_rows = resolved(engine.read("group_generations", None,
-                                         _group_filter(ev_groups, ("valid_to",))).to_pylist())
-        unfilled = resolved(engine.read("group_generations", None,
-                                        _group_filter(ev_groups, ("client_id",))).to_pylist())
+        open_rows = renames.resolve(engine.read("group_generations", None, _group_filter(ev_groups, ("valid_to",))))
+        unfilled = renames.resolve(engine.read("group_generations", None, _group_filter(ev_groups, ("client_id",))))
         before = _latest_records(engine, ev_groups, record_types=(5, 19, 23))
         for cluster_id, evs in sorted(events.items()):
-            mine = [r for r in open_rows if r["cluster_id"] == cluster_id]
             members = {(g, r.subkey): r.value for (c, g), recs in before.items() if c == cluster_id
                        for r in recs if r.record_type in (5, 19) and r.value}
             topologies = {g: r.value for (c, g), recs in before.items() if c == cluster_id
                           for r in recs if r.record_type == 23 and r.value}
-            rows = generation_changes(
-                mine, evs, {i: n for (c, i), n in names.items() if c == cluster_id}, cluster_id, now,
-                members, [r for r in unfilled if r["cluster_id"] == cluster_id], topologies)
-            out.update({gen_key(r): r for r in rows})
-    rows = list(out.values()) + [d for k, d in deletes.items() if k not in out]
-    ops = ["upsert"] * len(out) + ["delete"] * (len(rows) - len(out))
-    return contract("group_generations").change_set(rows, ops)
+            replayed.append(generation_changes(
+                _of_cluster(open_rows, cluster_id), evs, {i: n for (c, i), n in names.items() if c == cluster_id},
+                cluster_id, now, members, _of_cluster(unfilled, cluster_id), topologies))
+    return renames.change_set(replayed)
+
+
+def _of_cluster(table: pa.Table, cluster_id: str) -> pa.Table:
+    return table.filter(pc.equal(table.column("cluster_id"), cluster_id))
+
+
+class _Renames:
+    """Stored ``group_generations`` rows whose topic id the batch names: each is keyed by the
+    name from now on (its old key deleted), unless the replay writes the new key itself."""
+
+    def __init__(self, names: topics.Names, now: datetime) -> None:
+        self.names, self.now = names, now
+        self.upserts: dict[tuple, dict] = {}
+        self.deletes: dict[tuple, dict] = {}
+
+    def resolve(self, rows: pa.Table | list[dict]) -> pa.Table:
+        """``rows`` with the named topic ids replaced; the renamed ones are remembered."""
+        table = rows if isinstance(rows, pa.Table) else contract("group_generations").from_rows(rows)
+        if not self.names or not table.num_rows:
+            return table
+        old = table.column("topic").to_pylist()
+        fixed = [self.names.get((c, t), t) for c, t in zip(table.column("cluster_id").to_pylist(), old, strict=True)]
+        for i in (i for i, (a, b) in enumerate(zip(old, fixed, strict=True)) if a != b):
+            row = table.slice(i, 1).to_pylist()[0]
+            self.deletes[_gen_key(row)] = row
+            resolved = {**row, "topic": fixed[i], "updated_at": self.now}
+            self.upserts[_gen_key(resolved)] = resolved
+        return table.set_column(table.schema.get_field_index("topic"), "topic", pa.array(fixed, pa.string()))
+
+    def change_set(self, replayed: list[pa.Table]) -> pa.Table:
+        """The replayed rows upserted, then the renamed rows the replay did not write."""
+        spec = contract("group_generations")
+        table = pa.concat_tables(replayed) if replayed else spec.arrow_schema.empty_table()
+        table = table.append_column(OP, pa.array(["upsert"] * table.num_rows, pa.string()))
+        if not self.deletes:
+            return table
+        written = {_gen_key(r) for r in table.select(list(spec.key)).to_pylist()}
+        upserts = [r for k, r in self.upserts.items() if k not in written]
+        written |= {_gen_key(r) for r in upserts}
+        deletes = [r for k, r in self.deletes.items() if k not in written]
+        extra = spec.change_set(upserts + deletes, ["upsert"] * len(upserts) + ["delete"] * len(deletes))
+        return pa.concat_tables([table, extra.cast(table.schema)])
+
+
+def _gen_key(r: dict) -> tuple:
+    return (r["cluster_id"], r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"],
+            r["group_type"])
 
 
 def _latest_group_record_changes(batch: StateInput, now: datetime) -> pa.Table:
@@ -221,6 +246,8 @@ def _latest_records(engine: DeltaEngine, groups: set[tuple[str, str]],
                     record_types: tuple[int, ...] | None = None
                     ) -> dict[tuple[str, str], list[LatestRecord]]:
     table = engine.read("group_records_latest", None, _group_filter(groups))
+    stamps = table.schema.get_field_index("record_timestamp")
+    table = table.set_column(stamps, "record_timestamp", table.column(stamps).cast(TS).cast(pa.int64()))
     if record_types is not None:
         table = table.filter(pc.field("record_type").isin(list(record_types)))
     out: dict[tuple[str, str], list[LatestRecord]] = {}

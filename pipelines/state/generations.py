@@ -11,64 +11,79 @@ A KIP-848 row takes its member's metadata (client id, host, subscription) as of 
 record that opened it: member-metadata records (type 5) are replayed in log order with
 the rest. A row opened before its member's first metadata record is filled in by that
 record later, whatever batch it lands in: the table does not depend on batch boundaries.
+
+The replay keeps each row as a list of the columns in :data:`ROW_COLUMNS` (its first six
+are its key), timestamps as microseconds, and returns the changed rows as an Arrow table:
+a group-heavy batch opens and closes a row per member, partition and rebalance, and a dict
+per row, three indexes per key, datetimes and a dict-to-Arrow conversion cost more than the
+replay itself (benchmarks/group_heavy.py, 2M records: 11.3 -> 5.1 s in all).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pyarrow as pa
+
+from pipelines.lake.contracts import contract
 from pipelines.model import LatestRecord
 
 # group, generation, member, topic, partition, group type: a KIP-848 member epoch can equal
 # the classic generation the same member id had before an online upgrade (mixed-migrate)
 GenKey = tuple[str, int, str, str, int, str]
+#: A row's columns, in the order the replay keeps them (cluster_id and updated_at are the
+#: same for every row of one replay: they are added as whole columns).
+ROW_COLUMNS = ("group_id", "generation", "member_id", "topic", "partition", "group_type",
+               "group_instance_id", "client_id", "client_host", "subscribed_topics",
+               "valid_from", "valid_to", "valid_from_offset", "valid_to_offset", "offsets_partition")
+_CLIENT, _VALID_TO, _VALID_TO_OFFSET = 7, 11, 13
+# a row's attributes: group_instance_id, client_id, client_host, subscribed_topics
+Attrs = tuple[Any, Any, Any, Any]
+Row = list[Any]
 
 
-def _classic_rows(group_id: str, rec: LatestRecord) -> dict[GenKey, dict[str, Any]]:
+def _classic_rows(group_id: str, rec: LatestRecord) -> dict[GenKey, Attrs]:
     value = rec.value or {}
     generation = value.get("generation", 0)
     rows = {}
     for m in value.get("members") or ():
         sub = m.get("subscription") if isinstance(m.get("subscription"), dict) else {}
         asg = m.get("assignment") if isinstance(m.get("assignment"), dict) else {}
-        base = {"group_type": "classic", "group_instance_id": m.get("group_instance_id"),
-                "client_id": m.get("client_id"), "client_host": m.get("client_host"),
-                "subscribed_topics": sub.get("topics")}
+        attrs = (m.get("group_instance_id"), m.get("client_id"), m.get("client_host"), sub.get("topics"))
+        member_id = m["member_id"]
         owned = [(tp["topic"], p) for tp in asg.get("assigned_partitions") or () for p in tp["partitions"]]
         for topic, partition in owned or [("", -1)]:
-            rows[(group_id, generation, m["member_id"], topic, partition, "classic")] = base
+            rows[(group_id, generation, member_id, topic, partition, "classic")] = attrs
     return rows
 
 
-def _member_attrs(member: dict[str, Any]) -> dict[str, Any]:
-    return {"group_instance_id": member.get("instance_id"), "client_id": member.get("client_id"),
-            "client_host": member.get("client_host"),
-            "subscribed_topics": member.get("subscribed_topic_names")}
+def _member_attrs(member: dict[str, Any]) -> Attrs:
+    return (member.get("instance_id"), member.get("client_id"), member.get("client_host"),
+            member.get("subscribed_topic_names"))
 
 
 def _member_rows(group_id: str, rec: LatestRecord, topic_names: dict[str, str],
-                 member: dict[str, Any]) -> dict[GenKey, dict[str, Any]]:
+                 attrs: Attrs) -> dict[GenKey, Attrs]:
     value = rec.value or {}
     epoch = value.get("member_epoch", 0)
-    base = {"group_type": "consumer", **_member_attrs(member)}
     # a partition pending revocation is still the member's until it acknowledges the
     # revocation (it commits it first): owned until a later assignment drops it
     held = [*(value.get("assigned_partitions") or ()), *(value.get("partitions_pending_revocation") or ())]
     owned = [(topic_names.get(tp["topic_id"], tp["topic_id"]), p) for tp in held for p in tp["partitions"]]
-    return {(group_id, epoch, rec.subkey, topic, partition, "consumer"): base
+    member_id = rec.subkey
+    return {(group_id, epoch, member_id, topic, partition, "consumer"): attrs
             for topic, partition in owned or [("", -1)]}
 
 
 def _streams_rows(group_id: str, rec: LatestRecord, topology: dict[str, Any] | None,
-                  member: dict[str, Any]) -> dict[GenKey, dict[str, Any]]:
+                  attrs: Attrs) -> dict[GenKey, Attrs]:
     """A streams member's active tasks (pending revocation included) as the source-topic
     partitions they read: task (subtopology s, partition p) reads partition p of every
     source and repartition-source topic of s (from the group's topology record)."""
     value = rec.value or {}
     epoch = value.get("member_epoch", 0)
-    base = {"group_type": "streams", **_member_attrs(member)}
     subtopologies = {st.get("subtopology_id"): st for st in (topology or {}).get("subtopologies") or ()}
     owned = []
     for task in [*(value.get("active_tasks") or ()), *(value.get("active_tasks_pending_revocation") or ())]:
@@ -76,24 +91,43 @@ def _streams_rows(group_id: str, rec: LatestRecord, topology: dict[str, Any] | N
         topics = [*(st.get("source_topics") or ()),
                   *(t.get("name") for t in st.get("repartition_source_topics") or () if t.get("name"))]
         owned += [(t, p) for t in topics for p in task.get("partitions") or ()]
-    return {(group_id, epoch, rec.subkey, topic, partition, "streams"): base
+    return {(group_id, epoch, rec.subkey, topic, partition, "streams"): attrs
             for topic, partition in sorted(set(owned)) or [("", -1)]}
 
 
-def _key(r: dict[str, Any]) -> GenKey:
-    return (r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"], r["group_type"])
+def stored_rows(table: pa.Table | None) -> list[Row]:
+    """``group_generations`` rows read from the lake, as the replay keeps them (timestamps
+    as microseconds: a datetime costs ~4 us to make from Arrow and ~2 us to turn back)."""
+    if table is None or not table.num_rows:
+        return []
+    columns = [table.column(c) for c in ROW_COLUMNS]
+    columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in columns]
+    return [list(r) for r in zip(*(c.to_pylist() for c in columns), strict=True)]
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros(stamp: datetime | int | None) -> int | None:
+    """A timestamp as microseconds since the epoch (naive means UTC, as in Arrow)."""
+    if stamp is None or isinstance(stamp, int):
+        return stamp
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return (stamp - _EPOCH) // _MICROSECOND
 
 
 def generation_changes(
-    open_rows: Iterable[dict[str, Any]],
+    open_rows: pa.Table | None,
     events: Iterable[tuple[str, LatestRecord]],
     topic_names: dict[str, str],
     cluster_id: str,
     updated_at: datetime,
     members: dict[tuple[str, str], dict[str, Any]] | None = None,
-    unfilled_rows: Iterable[dict[str, Any]] = (),
+    unfilled_rows: pa.Table | None = None,
     topologies: dict[str, dict[str, Any]] | None = None,
-) -> list[dict[str, Any]]:
+) -> pa.Table:
     """Rows to upsert into ``group_generations`` after replaying ``events`` in log order.
 
     ``open_rows`` are the currently open rows (valid_to null) of the groups in ``events``;
@@ -101,122 +135,117 @@ def generation_changes(
     *before* the events (it is updated by the type-5 events); ``unfilled_rows`` are stored
     KIP-848 rows of those groups still without member metadata (client id null).
     """
-    replay = _Replay(open_rows, topic_names, cluster_id, updated_at, members, unfilled_rows,
-                     topologies)
+    replay = _Replay(stored_rows(open_rows), topic_names, members, stored_rows(unfilled_rows), topologies)
     for group_id, rec in sorted(events, key=lambda e: (e[1].offsets_partition, e[1].offset)):
         replay.apply(group_id, rec)
-    return list(replay.changed.values())
+    return changes_table(list(replay.changed.values()), cluster_id, updated_at)
+
+
+def changes_table(rows: list[Row], cluster_id: str, updated_at: datetime) -> pa.Table:
+    """The replay's rows as a ``group_generations`` table, column by column."""
+    schema = contract("group_generations").arrow_schema
+    if not rows:
+        return schema.empty_table()
+    columns = {name: [r[i] for r in rows] for i, name in enumerate(ROW_COLUMNS)}
+    n = len(rows)
+    columns["cluster_id"], columns["updated_at"] = [cluster_id] * n, [micros(updated_at)] * n
+    return pa.Table.from_arrays([pa.array(columns[f.name], f.type) for f in schema], schema=schema)
 
 
 class _Replay:
-    """The replay's state: the open rows by key, the rows changed so far, the stored rows
-    still waiting for their member's metadata, and the members' and topologies' records."""
+    """The replay's state: the open rows of each group's classic generation and of each
+    KIP-848/streams member, the rows changed so far, the rows waiting for their member's
+    metadata, and the members' and topologies' records. One record costs what the rows it
+    touches cost, not its group's or the whole batch's."""
 
-    def __init__(self, open_rows: Iterable[dict[str, Any]], topic_names: dict[str, str],
-                 cluster_id: str, updated_at: datetime,
+    def __init__(self, open_rows: list[Row], topic_names: dict[str, str],
                  members: dict[tuple[str, str], dict[str, Any]] | None,
-                 unfilled_rows: Iterable[dict[str, Any]],
-                 topologies: dict[str, dict[str, Any]] | None) -> None:
-        self.topic_names, self.cluster_id, self.updated_at = topic_names, cluster_id, updated_at
+                 unfilled_rows: list[Row], topologies: dict[str, dict[str, Any]] | None) -> None:
+        self.topic_names = topic_names
         self.members = dict(members or {})
         # streams group -> its topology record (type 23) before the events
         self.topologies = dict(topologies or {})
-        self.open_by_key: dict[GenKey, dict[str, Any]] = {_key(r): dict(r) for r in open_rows}
-        self.unfilled: dict[GenKey, dict[str, Any]] = {
-            _key(r): dict(r) for r in unfilled_rows
-            if r["group_type"] in ("consumer", "streams") and r["client_id"] is None
-            and _key(r) not in self.open_by_key}
-        self.changed: dict[GenKey, dict[str, Any]] = {}
-        # indexes, so one record costs what the rows it touches cost, not its group's or the
-        # whole batch's: the open keys of each (group, group type) and of each (group,
-        # member, group type), both in open_by_key's order, and the rows of each (group,
-        # member) still waiting for the member's metadata
-        self.open_by_type: dict[tuple[str, str], dict[GenKey, None]] = {}
-        self.open_by_member: dict[tuple[str, str, str], dict[GenKey, None]] = {}
-        self.waiting: dict[tuple[str, str], list[tuple[GenKey, dict[str, Any]]]] = {}
-        for key, row in self.open_by_key.items():
-            self._index(key)
-            self._wait(key, row)
-        for key, row in self.unfilled.items():
-            self._wait(key, row)
+        # group -> open classic rows by key; (group, group type) -> member -> open rows by key
+        self.classic: dict[str, dict[GenKey, Row]] = {}
+        self.by_member: dict[tuple[str, str], dict[str, dict[GenKey, Row]]] = {}
+        self.changed: dict[GenKey, Row] = {}
+        # (group, member) -> KIP-848/streams rows without the member's metadata yet
+        self.waiting: dict[tuple[str, str], list[Row]] = {}
+        open_keys = set()
+        for row in open_rows:
+            key = tuple(row[:6])
+            self._scope(key)[key] = row
+            open_keys.add(key)
+            self._wait(row)
+        for row in unfilled_rows:
+            if row[5] in ("consumer", "streams") and row[_CLIENT] is None and tuple(row[:6]) not in open_keys:
+                self._wait(row)
 
-    def _index(self, key: GenKey) -> None:
-        self.open_by_type.setdefault((key[0], key[5]), {})[key] = None
-        self.open_by_member.setdefault((key[0], key[2], key[5]), {})[key] = None
+    def _scope(self, key: GenKey) -> dict[GenKey, Row]:
+        """The open rows a key belongs with: its group's classic generation, or its member's."""
+        if key[5] == "classic":
+            return self.classic.setdefault(key[0], {})
+        return self.by_member.setdefault((key[0], key[5]), {}).setdefault(key[2], {})
 
-    def _open_keys(self, group_id: str, group_type: str, member_id: str | None = None) -> list[GenKey]:
-        """The open keys of a group's type (or of one member of it), in open_by_key's order."""
-        index = self.open_by_type.get((group_id, group_type)) if member_id is None \
-            else self.open_by_member.get((group_id, member_id, group_type))
-        return list(index) if index else []
-
-    def _wait(self, key: GenKey, row: dict[str, Any]) -> None:
-        if row["group_type"] in ("consumer", "streams") and row["client_id"] is None:
-            self.waiting.setdefault((key[0], key[2]), []).append((key, row))
+    def _wait(self, row: Row) -> None:
+        if row[_CLIENT] is None and row[5] in ("consumer", "streams"):
+            self.waiting.setdefault((row[0], row[2]), []).append(row)
 
     def apply(self, group_id: str, rec: LatestRecord) -> None:
         """One group record, in log order."""
-        members = self.members
-        if rec.record_type == 2:
-            new = {} if rec.is_tombstone else _classic_rows(group_id, rec)
-            self.close([k for k in self._open_keys(group_id, "classic") if k not in new], rec)
-            self.open_(new, rec)
-        elif rec.record_type == 8:
-            mine = self._open_keys(group_id, "consumer", rec.subkey)
-            info = members.get((group_id, rec.subkey), {})
-            new = {} if rec.is_tombstone else _member_rows(group_id, rec, self.topic_names, info)
-            self.close([k for k in mine if k not in new], rec)
-            self.open_(new, rec)
-        elif rec.record_type == 22:
-            mine = self._open_keys(group_id, "streams", rec.subkey)
-            info = members.get((group_id, rec.subkey), {})
-            new = {} if rec.is_tombstone else _streams_rows(group_id, rec, self.topologies.get(group_id), info)
-            self.close([k for k in mine if k not in new], rec)
-            self.open_(new, rec)
-        elif rec.record_type == 23:
+        kind = rec.record_type
+        if kind == 2:
+            mine = self.classic.setdefault(group_id, {})
+            self.replace(mine, {} if rec.is_tombstone else _classic_rows(group_id, rec), rec)
+        elif kind in (8, 22):
+            group_type = "consumer" if kind == 8 else "streams"
+            mine = self.by_member.setdefault((group_id, group_type), {}).setdefault(rec.subkey, {})
+            if rec.is_tombstone:
+                new = {}
+            else:
+                attrs = _member_attrs(self.members.get((group_id, rec.subkey), {}))
+                new = _member_rows(group_id, rec, self.topic_names, attrs) if kind == 8 else \
+                    _streams_rows(group_id, rec, self.topologies.get(group_id), attrs)
+            self.replace(mine, new, rec)
+        elif kind == 23:
             if rec.value:
                 self.topologies[group_id] = rec.value
-        elif rec.record_type == 17 and rec.is_tombstone:
-            self.close(self._open_keys(group_id, "streams"), rec)
-        elif rec.record_type in (5, 19):
+        elif kind in (5, 19):
             if rec.is_tombstone or not rec.value:
-                members.pop((group_id, rec.subkey), None)
+                self.members.pop((group_id, rec.subkey), None)
             else:
-                members[(group_id, rec.subkey)] = rec.value
+                self.members[(group_id, rec.subkey)] = rec.value
                 self.fill(group_id, rec.subkey, rec.value)
-        elif rec.record_type == 3 and rec.is_tombstone:
-            self.close(self._open_keys(group_id, "consumer"), rec)
+        elif (kind == 3 or kind == 17) and rec.is_tombstone:
+            for mine in self.by_member.pop((group_id, "consumer" if kind == 3 else "streams"), {}).values():
+                self.replace(mine, {}, rec)
+
+    def replace(self, mine: dict[GenKey, Row], new: dict[GenKey, Attrs], rec: LatestRecord) -> None:
+        """Close the open rows of ``mine`` the record no longer holds, open its new ones (a
+        key already open stays open: same owner, same generation, same ownership)."""
+        changed, stamp = self.changed, micros(rec.record_timestamp)
+        for key in [k for k in mine if k not in new]:
+            row = mine.pop(key)
+            row[_VALID_TO], row[_VALID_TO_OFFSET] = stamp, rec.offset
+            changed[key] = row
+        offset, partition = rec.offset, rec.offsets_partition
+        for key, attrs in new.items():
+            if key in mine:
+                continue
+            row = [*key, *attrs, stamp, None, offset, None, partition]
+            mine[key] = changed[key] = row
+            if attrs[1] is None and key[5] != "classic":
+                self.waiting.setdefault((key[0], key[2]), []).append(row)
 
     def fill(self, group_id: str, member_id: str, info: dict[str, Any]) -> None:
         """A member's metadata record fills the KIP-848 rows opened before it."""
         attrs = _member_attrs(info)
         waiting = self.waiting.pop((group_id, member_id), [])
-        for key, row in waiting:
-            if row["client_id"] is None:
-                row.update(attrs, updated_at=self.updated_at)
-                self.changed[key] = self.open_by_key.get(key, row)
-        still = [(key, row) for key, row in waiting if row["client_id"] is None]
+        for row in waiting:
+            if row[_CLIENT] is None:
+                row[6:10] = attrs
+                key = tuple(row[:6])
+                self.changed[key] = self._scope(key).get(key, row)
+        still = [row for row in waiting if row[_CLIENT] is None]
         if still:  # metadata without a client id: the rows wait for the next record
             self.waiting[(group_id, member_id)] = still
-
-    def close(self, keys: list[GenKey], rec: LatestRecord) -> None:
-        for key in keys:
-            row = self.open_by_key.pop(key)
-            del self.open_by_type[(key[0], key[5])][key]
-            del self.open_by_member[(key[0], key[2], key[5])][key]
-            row.update(valid_to=rec.record_timestamp, valid_to_offset=rec.offset, updated_at=self.updated_at)
-            self.changed[key] = row
-
-    def open_(self, new: dict[GenKey, dict[str, Any]], rec: LatestRecord) -> None:
-        for key, attrs in new.items():
-            if key in self.open_by_key:
-                continue  # same owner, same generation: still the same ownership
-            row = {"cluster_id": self.cluster_id, "group_id": key[0], "generation": key[1],
-                   "member_id": key[2], "topic": key[3], "partition": key[4], **attrs,
-                   "valid_from": rec.record_timestamp, "valid_to": None,
-                   "valid_from_offset": rec.offset, "valid_to_offset": None,
-                   "offsets_partition": rec.offsets_partition, "updated_at": self.updated_at}
-            self.open_by_key[key] = row
-            self._index(key)
-            self.changed[key] = row
-            self._wait(key, row)
