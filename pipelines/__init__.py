@@ -7,4 +7,8 @@ Data flows through the sub-packages in this order:
 tables) -> ``reconcile`` (checks against the live cluster's own answers).
 """
 
+from pipelines.without_pandas import block_pandas_in_own_workers
+
 __version__ = "0.1.0"
+
+block_pandas_in_own_workers()

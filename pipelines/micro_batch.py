@@ -122,12 +122,14 @@ def part_cells_on_executors(df, batch_id: int, now: datetime, lake: Path | str |
 @dataclass
 class HandedBatch:
     """A micro-batch handed from Spark's callback thread to the main thread: its DataFrame
-    (to decode and commit there) or the parts the executors decoded (to commit)."""
+    (to decode and commit there) or the pickled parts the executors decoded (to read and
+    commit there: unpickling a group-heavy batch's records took ~1 s of the callback
+    thread, on the path of the next batch's start)."""
 
     batch_id: int
     df: object = None
     now: datetime | None = None
-    parts: list[HistoryPart] | None = None
+    cells: list[bytes] | None = None
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -171,7 +173,7 @@ class Handover:
         now = datetime.now(timezone.utc)
         cells = part_cells_on_executors(df, batch_id, now, self.engine.location, self._tables_to_write(batch_id))
         pending.keep(self.kept, batch_id, now, cells)
-        batch = HandedBatch(batch_id, now=now, parts=pending.parts_of(cells))
+        batch = HandedBatch(batch_id, now=now, cells=cells)
         self.handoff.put(batch)
         previous, self.last = self.last, batch
         if previous is not None:
@@ -218,12 +220,13 @@ class Handover:
 
     def _commit(self, batch: HandedBatch) -> None:
         began = time.perf_counter()
-        if batch.parts is None:
+        if batch.cells is None:
             decoded = _write_batch(self.engine, batch.df, batch.batch_id, self.app_id, self.report)
             log.debug("batch %d: decoded and written %.2fs, committed %.2fs", batch.batch_id,
                       decoded - began, time.perf_counter() - decoded)
         else:  # decoded by the executors (the next batch is decoded meanwhile)
-            commit_batch(self.engine, batch.parts, batch.batch_id, self.app_id, batch.now, self.report)
+            parts = pending.parts_of(batch.cells)
+            commit_batch(self.engine, parts, batch.batch_id, self.app_id, batch.now, self.report)
             pending.drop(self.kept, batch.batch_id)
             log.debug("batch %d: committed %.2fs", batch.batch_id, time.perf_counter() - began)
         if self.progress is not None:

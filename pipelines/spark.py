@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines import jvm_cache, spark_python
+from pipelines.without_pandas import WORKERS_WITHOUT_PANDAS
 
 log = logging.getLogger(__name__)
 
@@ -219,8 +220,12 @@ def user_spark_conf(env: Mapping[str, str] | None = None) -> tuple[dict[str, str
 
 
 def spark_session(app_name: str = "offsetlake", master: str | None = None, delta_spark: bool = False,
-                  extra_conf: dict[str, str] | None = None):
+                  extra_conf: dict[str, str] | None = None, own_workers: bool = False):
     """A SparkSession with the user's settings untouched.
+
+    ``own_workers``: the session's Python workers will only ever run offsetlake's code (the
+    CLI's process, which ends with its command): a local JVM launched here then runs them
+    without pandas (:func:`pipelines.without_pandas.block_pandas_in_own_workers`).
 
     The master: ``master`` if given; under spark-submit, its ``--master``; else
     ``OFFSETLAKE_SPARK_MASTER``, else ``PYSPARK_SUBMIT_ARGS``' or spark-defaults'
@@ -265,6 +270,8 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     if ours:  # only for the spark-submit that launches the JVM; nothing else sees it
         os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
             [settings.submit_opts, *([archive.java_options] if archive else [])])
+        if own_workers:
+            os.environ[WORKERS_WITHOUT_PANDAS] = "1"
     try:
         with jvm_cache.own_output(archive):
             spark = builder.getOrCreate()
@@ -274,6 +281,7 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     finally:
         if ours:
             os.environ.pop("SPARK_SUBMIT_OPTS", None)
+            os.environ.pop(WORKERS_WITHOUT_PANDAS, None)
     jvm_cache.started(archive, getattr(spark.sparkContext._gateway, "proc", None))
     if settings.log_level:
         spark.sparkContext.setLogLevel(settings.log_level)

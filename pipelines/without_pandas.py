@@ -11,11 +11,18 @@ object)`` in the same process would convert differently.
 from __future__ import annotations
 
 import importlib.abc
+import os
 import sys
 
 #: the process Spark starts for a Python streaming source: it runs only that source's
 #: planning (offsets, partitions), one after the other on the path of a run's start
 SPARK_STREAMING_SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+#: Set (to "1") in the environment of a JVM whose Python workers only ever run offsetlake's
+#: own code: the CLI's local session (``pipelines.spark.spark_session(own_workers=True)``).
+WORKERS_WITHOUT_PANDAS = "OFFSETLAKE_SPARK_WORKERS_WITHOUT_PANDAS"
+#: how Spark starts its Python workers and planners: forked by ``-m pyspark.daemon``, or
+#: each as ``-m pyspark.worker`` (``spark.python.use.daemon=false``)
+SPARK_WORKER_MAINS = ("pyspark.daemon", "pyspark.worker")
 
 
 class WithoutPandas(importlib.abc.MetaPathFinder):
@@ -31,6 +38,15 @@ def block_pandas() -> None:
     imported pandas, which then stays)."""
     if "pandas" not in sys.modules and not any(isinstance(f, WithoutPandas) for f in sys.meta_path):
         sys.meta_path.insert(0, WithoutPandas())
+
+
+def block_pandas_in_own_workers() -> None:
+    """In a Spark Python worker of a session that runs only offsetlake's code, run without
+    pandas: the data source's reader and the decoding task each imported it for nothing
+    (~0.2 s each, on the path of a short run's first batch). Called when ``pipelines`` is
+    first imported, i.e. before any of its code asks pyarrow anything."""
+    if os.environ.get(WORKERS_WITHOUT_PANDAS) == "1" and any(running_as(m) for m in SPARK_WORKER_MAINS):
+        block_pandas()
 
 
 def running_as(module: str) -> bool:

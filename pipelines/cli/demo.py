@@ -41,7 +41,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         manifest = generate_cluster(data, num_partitions=args.partitions, scale=args.scale, seed=args.seed)
         manifest.write_manifest(manifest_path)
         log.info("generated %s records of cluster history under %s", manifest.counts["records"], data)
-    spark = spark_session("offsetlake-demo", delta_spark=args.delta_engine == "spark")
+    spark = spark_session("offsetlake-demo", delta_spark=args.delta_engine == "spark",
+                          own_workers=args.standalone)
     check_engine(spark, args.delta_engine)
     checkpoint_or_fail(cfg)
     report = run_ingest(spark, cfg)

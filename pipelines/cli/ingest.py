@@ -63,7 +63,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         check_access({"bootstrap_servers": cfg.bootstrap_servers,
                       **{f"kafka.{k}": v for k, v in cfg.kafka_options.items()}})
     indexing = index_ahead(cfg)  # while the JVM starts
-    spark = spark_session("offsetlake-ingest", delta_spark=cfg.delta_engine != "delta-rs")
+    spark = spark_session("offsetlake-ingest", delta_spark=cfg.delta_engine != "delta-rs",
+                          own_workers=args.standalone)
     check_engine(spark, cfg.delta_engine)
     if indexing is not None:
         indexing.join()

@@ -1,0 +1,67 @@
+"""The CLI's own local session runs its Python workers without pandas; any other session's
+workers keep it.
+
+Why: pyarrow's first question (``pa.array``) imports pandas when it is installed, and the
+segment reader's and the decoding task's workers each paid ~0.2 s for it on the path of a
+short run's first batch. The CLI's session runs only offsetlake's code, so
+``spark_session(own_workers=True)`` tells the JVM it launches; a session a user builds (or
+reuses) is left alone, since their own pandas UDFs may run in the same workers.
+
+Each case is a fresh process that starts a real local Spark, as the CLI does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+_PROBE = """
+import json, os, sys
+from pipelines.spark import spark_session
+from pipelines.without_pandas import WORKERS_WITHOUT_PANDAS
+
+def task(batches):
+    import importlib, sys
+    import pipelines  # as unpickling any of offsetlake's task code does, first
+    import pyarrow as pa
+    values = pa.array([1, 2, 3], pa.int64())  # pyarrow's first question, as the decoder asks it
+    try:
+        importlib.import_module("pandas")
+        importable = True
+    except ImportError:
+        importable = False
+    for b in batches:
+        yield pa.RecordBatch.from_pydict({"pandas_loaded": ["pandas" in sys.modules],
+                                          "pandas_importable": [importable],
+                                          "sum": [sum(values.to_pylist())]})
+
+spark = spark_session("probe", master="local[1]", own_workers=sys.argv[1] == "own")
+row = spark.range(1, numPartitions=1).mapInArrow(
+    task, "pandas_loaded boolean, pandas_importable boolean, sum long").collect()[0]
+print(json.dumps({"worker": row.asDict(), "driver_env": WORKERS_WITHOUT_PANDAS in os.environ,
+                  "driver_pandas_importable": __import__("importlib").util.find_spec("pandas") is not None}))
+spark.stop()
+"""
+
+
+def _probe(how: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", _PROBE, how], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("how", ["own", "user"])
+def test_only_the_clis_own_session_runs_its_workers_without_pandas(how: str) -> None:
+    seen = _probe(how)
+    assert seen["worker"]["sum"] == 6  # pyarrow answers either way
+    if how == "own":
+        assert seen["worker"]["pandas_loaded"] is False
+        assert seen["worker"]["pandas_importable"] is False
+    else:
+        assert seen["worker"]["pandas_importable"] is True
+    # the flag reaches only the JVM launched for the session, never this process' own children
+    assert seen["driver_env"] is False
+    assert seen["driver_pandas_importable"] is True
