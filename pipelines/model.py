@@ -87,6 +87,37 @@ class StateInput:
 _LATEST_FIELDS = tuple(f.name for f in dataclass_fields(LatestRecord))
 
 
+#: Group record types of which the state tables read every record of a batch, in log order:
+#: the ownership replay (state/apply.py, state/generations.py: 2, 3, 5, 8, 17, 19, 22, 23),
+#: topic names (state/topics.py: 4, 9, 18) and the commit audit (state/audit.py: 2, 3, 11,
+#: 17). Of any other type only the last record per key counts (``group_records_latest``).
+EVERY_RECORD_TYPES = frozenset({2, 3, 4, 5, 8, 9, 11, 17, 18, 19, 22, 23})
+
+
+def state_records(records: list[GroupRecord]) -> list[GroupRecord]:
+    """The group records the state tables can depend on: every record of
+    :data:`EVERY_RECORD_TYPES`, and of the other types (KIP-848 and streams target
+    assignments, share group state...) the last per (cluster, group, type, member) only.
+
+    Why: as :func:`state_rows` does for offset commits, a task ships the driver only what
+    the state is built from; a group-heavy batch rewrites a target-assignment record per
+    member and rebalance, a third of its group records (benchmarks/group_heavy.py).
+    Order is kept."""
+    last: dict[tuple, int] = {}
+    for i, g in enumerate(records):
+        r = g.record
+        if r.record_type not in EVERY_RECORD_TYPES:
+            key = (g.cluster_id, g.group_id, r.record_type, r.subkey)
+            j = last.get(key)
+            if j is None or (r.offsets_partition, r.offset) > (records[j].record.offsets_partition,
+                                                               records[j].record.offset):
+                last[key] = i
+    if not last:
+        return records
+    kept = set(last.values())
+    return [g for i, g in enumerate(records) if g.record.record_type in EVERY_RECORD_TYPES or i in kept]
+
+
 def log_order(table: pa.Table) -> np.ndarray | None:
     """Row indices in log position order, or None when the rows are in that order already."""
     part = table.column("offsets_partition").to_numpy()

@@ -23,7 +23,7 @@ from pipelines.decode.columnar import decode_offset_commits
 from pipelines.decode.jsonify import dumps
 from pipelines.decode.wire import ZERO_UUID
 from pipelines.lake.contracts import contract
-from pipelines.model import GroupRecord, LatestRecord, StateInput, state_rows
+from pipelines.model import GroupRecord, LatestRecord, StateInput, state_records, state_rows
 
 HISTORY_TABLES = ("offsets_raw", "offset_commits", "group_metadata")
 
@@ -52,7 +52,7 @@ class HistoryBatch:
 
     def state_input(self) -> StateInput:
         """The batch reduced to what the state depends on (small enough to ship to the driver)."""
-        return StateInput(state_rows(self.offset_commits), self.group_records,
+        return StateInput(state_rows(self.offset_commits), state_records(self.group_records),
                           commit_ranges(self.offset_commits))
 
 

@@ -22,7 +22,7 @@ from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter, distinct_keys
 from pipelines.model import OP, LatestRecord, StateInput
 from pipelines.state import topics
-from pipelines.state.generations import generation_changes
+from pipelines.state.generations import REPLAYED_TYPES, generation_changes
 from pipelines.state.groups import OFFSET_ACTIVITY, derive_group
 from pipelines.state.offsets import last_per_key, offset_changes
 
@@ -112,7 +112,7 @@ def _generation_changes(engine: DeltaEngine, batch: StateInput, names: topics.Na
     renames.resolve(topics.renamed_generation_rows(engine, renames.names))
     events: dict[str, list] = {}
     for g in batch.group_records:
-        if g.record.record_type in (2, 3, 5, 8, 17, 19, 22, 23):
+        if g.record.record_type in REPLAYED_TYPES:
             events.setdefault(g.cluster_id, []).append((g.group_id, g.record))
     replayed = []
     if events:

@@ -30,6 +30,8 @@ import pyarrow as pa
 from pipelines.lake.contracts import contract
 from pipelines.model import LatestRecord
 
+#: The group record types the replay reads (every one, in log order).
+REPLAYED_TYPES = (2, 3, 5, 8, 17, 19, 22, 23)
 # group, generation, member, topic, partition, group type: a KIP-848 member epoch can equal
 # the classic generation the same member id had before an online upgrade (mixed-migrate)
 GenKey = tuple[str, int, str, str, int, str]

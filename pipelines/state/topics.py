@@ -25,13 +25,17 @@ TABLE = "topic_names"
 Names = dict[tuple[str, str], str]  # (cluster_id, topic_id) -> topic name
 
 
+#: partition-metadata records: each names the topic ids of its group's subscriptions
+NAMING_TYPES = (4, 9, 18)
+
+
 def batch_names(batch: StateInput) -> Names:
     """Names a batch carries: partition-metadata records (types 4, 9, 18) and offset
     commits with a topic id (4.1+ brokers write both)."""
     names: Names = {}
     for g in batch.group_records:
         r = g.record
-        if r.record_type in (4, 9, 18) and r.value:
+        if r.record_type in NAMING_TYPES and r.value:
             names.update({(g.cluster_id, t["topic_id"]): t["topic_name"]
                           for t in r.value.get("topics") or () if t.get("topic_id")})
     commits = batch.offset_commits

@@ -1,0 +1,68 @@
+"""A task ships the driver only the group records the state depends on (``state_records``):
+every record of the types read in log order, the last per key of the others. The lake built
+from that equals, table for table and row for row, the lake built from every group record:
+on real broker-written recordings (Kafka 4.0 classic and KIP-848; Kafka 4.2 share and
+streams groups) when ../shared is there, and on a generated group-heavy history always."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import pipelines.history.tables as history_tables
+from pipelines.demo import generate_cluster
+from pipelines.history.tables import build_history
+from pipelines.ingest import IngestReport, ensure_tables, process_batch
+from pipelines.lake.engines import DeltaRsEngine
+from pipelines.model import EVERY_RECORD_TYPES, state_records
+from pipelines.sources.record_batches.arrow_reader import read_arrow
+from pipelines.state.audit import GROUP_RECORD_TYPES
+from pipelines.state.generations import REPLAYED_TYPES
+from pipelines.state.topics import NAMING_TYPES
+from tests.conftest import corpus_path, table_rows
+
+TABLES = ("committed_offsets", "group_records_latest", "consumer_groups", "group_members",
+          "group_generations", "topic_names", "commit_attribution", "offset_anomalies",
+          "offset_audit_cursor", "group_metadata", "offsets_raw", "offset_commits")
+
+
+
+def test_every_type_read_in_log_order_is_kept_whole() -> None:
+    assert set(REPLAYED_TYPES) | set(NAMING_TYPES) | set(GROUP_RECORD_TYPES) == EVERY_RECORD_TYPES
+
+
+def _source(name: str, tmp_path: Path) -> Path:
+    if name == "generated":
+        generate_cluster(tmp_path / "data", num_partitions=3, seed=5, live=False, group_heavy=8)
+        return tmp_path / "data"
+    return corpus_path("golden", name)
+
+
+def _ingest(raw: pa.Table, lake: Path) -> dict[str, list[dict]]:
+    engine = DeltaRsEngine(lake)
+    ensure_tables(engine)
+    report = IngestReport()
+    half = raw.num_rows // 2
+    for i, part in enumerate((raw.slice(0, half), raw.slice(half))):
+        process_batch(engine, part, i, "state-records-test", report)
+    return {t: table_rows(lake, t) for t in TABLES if (lake / t).exists()}
+
+
+@pytest.mark.parametrize("source", ["scenario-a", "scenario-d", "generated"])
+def test_the_lake_from_state_records_equals_the_lake_from_every_record(
+        source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = pa.Table.from_batches(list(read_arrow(_source(source, tmp_path), cluster_id="c1")))
+    every = build_history(raw, 0, history_tables.datetime.now(history_tables.timezone.utc)).group_records
+    shipped = state_records(every)
+    assert len(shipped) < len(every), "nothing to leave out: the test would prove nothing"
+    assert {g.record.record_type for g in every} - EVERY_RECORD_TYPES  # types of which the last counts
+
+    reduced = _ingest(raw, tmp_path / "reduced")
+    monkeypatch.setattr(history_tables, "state_records", lambda records: records)
+    whole = _ingest(raw, tmp_path / "whole")
+    assert reduced.keys() == whole.keys()
+    for table in whole:
+        assert reduced[table] == whole[table], table
+    assert whole["group_generations"] and whole["group_records_latest"]
