@@ -103,7 +103,8 @@ def stored_rows(table: pa.Table | None) -> list[Row]:
     if table is None or not table.num_rows:
         return []
     columns = [table.column(c) for c in ROW_COLUMNS]
-    columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in columns]
+    micro = pa.timestamp("us", tz="UTC")
+    columns = [c.cast(micro).cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in columns]
     return [list(r) for r in zip(*(c.to_pylist() for c in columns), strict=True)]
 
 
