@@ -83,6 +83,13 @@ class StateInput:
                               for c, g, *fields in zip(clusters, groups, *latest, strict=True)]
 
 
+def micros_of(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """A timestamp column as int64 microseconds since the epoch (whatever its unit): the form
+    :class:`LatestRecord` and the ownership replay keep timestamps in, since Python ints cost
+    nothing to make, pickle or turn back into Arrow, where a datetime costs ~2-4 us each way."""
+    return column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+
+
 #: LatestRecord's fields in its constructor's order (StateInput's pickled columns).
 _LATEST_FIELDS = tuple(f.name for f in dataclass_fields(LatestRecord))
 

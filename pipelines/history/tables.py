@@ -23,7 +23,14 @@ from pipelines.decode.columnar import decode_offset_commits
 from pipelines.decode.jsonify import dumps
 from pipelines.decode.wire import ZERO_UUID
 from pipelines.lake.contracts import contract
-from pipelines.model import GroupRecord, LatestRecord, StateInput, state_records, state_rows
+from pipelines.model import (
+    GroupRecord,
+    LatestRecord,
+    StateInput,
+    micros_of,
+    state_records,
+    state_rows,
+)
 
 HISTORY_TABLES = ("offsets_raw", "offset_commits", "group_metadata")
 
@@ -166,7 +173,7 @@ def _decode_group_rows(sub: pa.Table, ingested_at: datetime, group_rows: list[pa
     cluster = sub.column("cluster_id").to_pylist()
     part = sub.column("offsets_partition").to_pylist()
     offset = sub.column("offset").to_pylist()
-    stamp = _micros(sub.column("timestamp"))
+    stamp = micros_of(sub.column("timestamp")).to_pylist()
     group_ids = [r.group_id for r in recs]
     subkeys = [_subkey(r.key) for r in recs]
     group_records.extend(
@@ -183,12 +190,6 @@ def _subkey(key: dict) -> str:
     if "member_id" in key:
         return key["member_id"]
     return key.get("regular_expression", "")
-
-
-def _micros(column: pa.ChunkedArray) -> list:
-    """UTC timestamps as microseconds since the epoch: Python ints cost nothing to make,
-    pickle to the driver or turn back into Arrow, where a datetime costs ~2-4 us each way."""
-    return column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
 
 
 def _offset_commits(raw: pa.Table, offsets: pa.Table, record_type: pa.Array, status: pa.Array,

@@ -20,7 +20,7 @@ from pipelines.decode.jsonify import dumps
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter, distinct_keys
-from pipelines.model import OP, LatestRecord, StateInput
+from pipelines.model import OP, LatestRecord, StateInput, micros_of
 from pipelines.state import topics
 from pipelines.state.generations import REPLAYED_TYPES, generation_changes
 from pipelines.state.groups import OFFSET_ACTIVITY, derive_group
@@ -247,7 +247,7 @@ def _latest_records(engine: DeltaEngine, groups: set[tuple[str, str]],
                     ) -> dict[tuple[str, str], list[LatestRecord]]:
     table = engine.read("group_records_latest", None, _group_filter(groups))
     stamps = table.schema.get_field_index("record_timestamp")
-    table = table.set_column(stamps, "record_timestamp", table.column(stamps).cast(TS).cast(pa.int64()))
+    table = table.set_column(stamps, "record_timestamp", micros_of(table.column(stamps)))
     if record_types is not None:
         table = table.filter(pc.field("record_type").isin(list(record_types)))
     out: dict[tuple[str, str], list[LatestRecord]] = {}

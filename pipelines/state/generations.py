@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines.lake.contracts import contract
-from pipelines.model import LatestRecord
+from pipelines.model import LatestRecord, micros_of
 
 #: The group record types the replay reads (every one, in log order).
 REPLAYED_TYPES = (2, 3, 5, 8, 17, 19, 22, 23)
@@ -99,12 +99,11 @@ def _streams_rows(group_id: str, rec: LatestRecord, topology: dict[str, Any] | N
 
 def stored_rows(table: pa.Table | None) -> list[Row]:
     """``group_generations`` rows read from the lake, as the replay keeps them (timestamps
-    as microseconds: a datetime costs ~4 us to make from Arrow and ~2 us to turn back)."""
+    as microseconds, :func:`pipelines.model.micros_of`)."""
     if table is None or not table.num_rows:
         return []
     columns = [table.column(c) for c in ROW_COLUMNS]
-    micro = pa.timestamp("us", tz="UTC")
-    columns = [c.cast(micro).cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in columns]
+    columns = [micros_of(c) if pa.types.is_timestamp(c.type) else c for c in columns]
     return [list(r) for r in zip(*(c.to_pylist() for c in columns), strict=True)]
 
 
@@ -181,7 +180,7 @@ class _Replay:
             open_keys.add(key)
             self._wait(row)
         for row in unfilled_rows:
-            if row[5] in ("consumer", "streams") and row[_CLIENT] is None and tuple(row[:6]) not in open_keys:
+            if tuple(row[:6]) not in open_keys:
                 self._wait(row)
 
     def _scope(self, key: GenKey) -> dict[GenKey, Row]:
@@ -237,8 +236,7 @@ class _Replay:
                 continue
             row = [*key, *attrs, stamp, None, offset, None, partition]
             mine[key] = changed[key] = row
-            if attrs[1] is None and key[5] != "classic":
-                self.waiting.setdefault((key[0], key[2]), []).append(row)
+            self._wait(row)
 
     def fill(self, group_id: str, member_id: str, info: dict[str, Any]) -> None:
         """A member's metadata record fills the KIP-848 rows opened before it."""
