@@ -6,7 +6,7 @@ spent ~25 us per record. Here offset commits and their tombstones (nearly every 
 real log) are decoded column-wise by :mod:`.columnar` and their JSON lines assembled column
 by column with Arrow string kernels; every other record (group records, control markers,
 undecodable ones, a v4 value without its tagged-field section) goes through the per-record
-codec and ``json.dumps`` exactly as before. ``--stats`` counts Arrow columns (a group-by over
+codec and the text ``json.dumps`` writes (by msgspec, :func:`.jsonify.dumps_spaced`). ``--stats`` counts Arrow columns (a group-by over
 type, status and version) instead of building rows. The output is byte for byte the
 per-record writer's: tests/test_decode_dump.py compares both on real and generated logs, the
 old writer kept as the oracle in ``tests/support/decode_oracle.py``.
@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from pipelines.decode.columnar import decode_offset_commits
 from pipelines.decode.formats import record_formats
-from pipelines.decode.jsonify import jsonable
+from pipelines.decode.jsonify import dumps_spaced
 from pipelines.decode.partitioning import partition_for
 from pipelines.decode.records import CONTROL, OK, TOMBSTONE, DecodedRecord, decode_record
 from pipelines.decode.wire import ZERO_UUID
@@ -84,14 +84,7 @@ def record_line(row: dict[str, Any], timestamp: int, decoded: DecodedRecord) -> 
     """:func:`record_json` as one JSON line: ``json.dumps(jsonable(...))`` with bytes turned
     into base64 by ``default`` instead of a copy of the whole object (the same text: every
     key is a str already, tuples print as lists)."""
-    return json.dumps(record_json(row, timestamp, decoded), ensure_ascii=False,
-                      default=_base64) + "\n"
-
-
-def _base64(value: Any) -> str:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return jsonable(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    return dumps_spaced(record_json(row, timestamp, decoded)) + "\n"
 
 
 def _slow_lines(raw: pa.RecordBatch, rows: np.ndarray, stamps: pa.Array,
@@ -103,10 +96,11 @@ def _slow_lines(raw: pa.RecordBatch, rows: np.ndarray, stamps: pa.Array,
     take = pa.array(rows)
     sub = raw.drop_columns(["timestamp"]).take(take).to_pylist()
     out = []
+    keys: dict[bytes, Any] = {}  # a group's keys repeat: one per member and record type
     for row, ts in zip(sub, stamps.take(take).to_pylist(), strict=True):
         if ts is None:
             ts = lookup(row) if lookup is not None else -1
-        decoded = decode_record(row["key"], row["value"], bool(row["is_control"]))
+        decoded = decode_record(row["key"], row["value"], bool(row["is_control"]), keys=keys)
         statuses[decoded.decode_status] += 1
         out.append(record_line(row, ts, decoded))
     return out

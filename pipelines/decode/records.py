@@ -66,8 +66,10 @@ def decode_key(key: bytes) -> tuple[int, RecordFormat | None, dict[str, Any] | N
     return record_type, fmt, fields
 
 
-def decode_value(fmt: RecordFormat, value: bytes) -> tuple[int, dict[str, Any] | None]:
-    """``(version, fields)``; fields is None when the version is not one we know."""
+def decode_value(fmt: RecordFormat, value: bytes, embedded: bool = True
+                 ) -> tuple[int, dict[str, Any] | None]:
+    """``(version, fields)``; fields is None when the version is not one we know.
+    ``embedded=False`` leaves classic members' consumer-protocol blobs as bytes."""
     version, pos = wire.read_int16(value, 0)
     codec = fmt.value_codec(version)
     if codec is None:
@@ -75,18 +77,21 @@ def decode_value(fmt: RecordFormat, value: bytes) -> tuple[int, dict[str, Any] |
     fields, pos = codec.decode(value, pos)
     if pos != len(value):
         raise WireError(f"{len(value) - pos} trailing bytes after the value")
-    if fmt.record_type == GROUP_METADATA_TYPE:
+    if embedded and fmt.record_type == GROUP_METADATA_TYPE:
         _expand_consumer_protocol(fields)
     return version, fields
 
 
 def decode_record(key: bytes | None, value: bytes | None, is_control: bool = False,
-                  keys: dict[bytes, Any] | None = None) -> DecodedRecord:
+                  keys: dict[bytes, Any] | None = None, embedded: bool = True) -> DecodedRecord:
     """Decode one record; never raises.
 
     ``keys``, when given, memoizes decoded keys by their bytes for a caller decoding many
     records (a group's keys repeat: one per member and record type); the decoded key
-    fields are then shared between records and must be treated as read-only."""
+    fields are then shared between records and must be treated as read-only.
+    ``embedded=False`` skips decoding the subscription and assignment blobs of classic
+    members, for a caller that reads only the type, group, version and status (which a blob
+    never changes: one that does not parse stays bytes)."""
     if is_control:
         return DecodedRecord(None, "ControlRecord", None, None, None, CONTROL)
     if key is None:
@@ -110,7 +115,7 @@ def decode_record(key: bytes | None, value: bytes | None, is_control: bool = Fal
         return DecodedRecord(record_type, fmt.name, key_fields, None, None, TOMBSTONE)
     version = wire.read_int16(value, 0)[0] if len(value) >= 2 else None
     try:
-        version, fields = decode_value(fmt, value)
+        version, fields = decode_value(fmt, value, embedded)
     except WireError as exc:
         status = LEGACY_LAYOUT if fmt.status in _EARLY_ACCESS_STATUSES else PARSE_ERROR
         where = "value" if version is None else f"value v{version}"
