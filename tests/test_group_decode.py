@@ -201,3 +201,20 @@ def test_build_history_leaves_the_garbage_collector_as_it_found_it(
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()
+
+
+def test_only_classic_group_metadata_has_the_classic_columns() -> None:
+    """history/tables.py fills ``CLASSIC_ONLY`` from GroupMetadata values alone (and
+    ``generation`` from one field per type): true while no other format has such a field.
+    A format that gains one fails here, before its column would silently stay null."""
+    from pipelines.decode.formats import record_formats
+    from pipelines.history.tables import CLASSIC_ONLY
+
+    epochs = ("generation", "epoch", "member_epoch", "assignment_epoch")
+    for record_type, fmt in record_formats().items():
+        names = {f.name for f in fmt.value.fields}
+        if record_type == 2:
+            assert set(CLASSIC_ONLY) <= names
+        else:
+            assert not names & set(CLASSIC_ONLY), fmt.name
+        assert len(names & set(epochs)) <= 1, fmt.name

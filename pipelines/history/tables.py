@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,9 @@ import pyarrow.compute as pc
 
 from pipelines.decode import OK, TOMBSTONE, DecodedRecord, decode_record
 from pipelines.decode.columnar import decode_offset_commits
+from pipelines.decode.formats import record_formats
 from pipelines.decode.jsonify import dumps
+from pipelines.decode.records import GROUP_METADATA_TYPE
 from pipelines.decode.wire import ZERO_UUID
 from pipelines.lake.contracts import contract
 from pipelines.model import (
@@ -229,11 +232,47 @@ def _offset_commits(raw: pa.Table, offsets: pa.Table, record_type: pa.Array, sta
     })
 
 
-def _epoch_of(value: dict) -> int | None:
-    for name in ("generation", "epoch", "member_epoch", "assignment_epoch"):
-        if name in value:
-            return value[name]
-    return None
+@cache
+def _epoch_fields() -> dict[int, str]:
+    """Record type -> the value field ``group_metadata.generation`` takes: the first of
+    generation, epoch, member_epoch, assignment_epoch its format has (none: no entry)."""
+    out = {}
+    for record_type, fmt in record_formats().items():
+        names = {f.name for f in fmt.value.fields}
+        for name in ("generation", "epoch", "member_epoch", "assignment_epoch"):
+            if name in names:
+                out[record_type] = name
+                break
+    return out
+
+
+#: the columns only classic GroupMetadata values have (tests/test_group_decode.py checks it)
+CLASSIC_ONLY = ("protocol_type", "protocol", "leader", "current_state_timestamp", "members")
+
+
+def _group_fields(recs: list[DecodedRecord]) -> dict[str, list]:
+    """``generation`` and the :data:`CLASSIC_ONLY` columns of each record, in one pass: a
+    group-heavy part holds ~10 KIP-848 records for each classic one, and a list per column
+    of dict lookups that find nothing cost as much as the rest of the table."""
+    n = len(recs)
+    columns: dict[str, list] = {name: [None] * n for name in ("generation", *CLASSIC_ONLY)}
+    generation, members = columns["generation"], columns["members"]
+    epoch_field = _epoch_fields()
+    for i, r in enumerate(recs):
+        v = r.value
+        if v is None:
+            continue
+        field = epoch_field.get(r.record_type)
+        if field is not None:
+            generation[i] = v.get(field)
+        if r.record_type == GROUP_METADATA_TYPE:
+            for name in ("protocol_type", "protocol", "leader"):
+                columns[name][i] = v.get(name)
+            c = v.get("current_state_timestamp")
+            if c and c > 0:
+                columns["current_state_timestamp"][i] = datetime.fromtimestamp(c / 1000, tz=timezone.utc)
+            members[i] = [_classic_member(m) for m in v.get("members") or ()]
+    return columns
 
 
 def _group_metadata_table(recs: list[DecodedRecord], group_ids: list[str], subkeys: list[str],
@@ -241,8 +280,6 @@ def _group_metadata_table(recs: list[DecodedRecord], group_ids: list[str], subke
     """The ``group_metadata`` rows of decoded group records, built column by column: the
     decoded columns converted by Arrow as ``Table.from_pylist`` would, the position and time
     columns cast from ``raw`` (the records' raw rows, in the same order)."""
-    vals = [r.value or {} for r in recs]
-    csts = [v.get("current_state_timestamp") for v in vals]
     n = len(recs)
     stamp_type = pa.timestamp("us", tz="UTC")
     columns = {
@@ -257,15 +294,7 @@ def _group_metadata_table(recs: list[DecodedRecord], group_ids: list[str], subke
         "member_id": [s or None for s in subkeys],
         "is_tombstone": [r.value is None for r in recs],
         "value_version": [r.value_version for r in recs],
-        "protocol_type": [v.get("protocol_type") for v in vals],
-        "generation": [_epoch_of(v) for v in vals],
-        "protocol": [v.get("protocol") for v in vals],
-        "leader": [v.get("leader") for v in vals],
-        "current_state_timestamp": [datetime.fromtimestamp(c / 1000, tz=timezone.utc)
-                                    if c and c > 0 else None for c in csts],
-        "members": [[_classic_member(m) for m in v.get("members") or ()]
-                    if r.record_type == 2 and r.value is not None else None
-                    for r, v in zip(recs, vals, strict=True)],
+        **_group_fields(recs),
         "value_json": _value_json(recs),
         "decode_status": [r.decode_status for r in recs],
     }
