@@ -6,10 +6,11 @@ spent ~25 us per record. Here offset commits and their tombstones (nearly every 
 real log) are decoded column-wise by :mod:`.columnar` and their JSON lines assembled column
 by column with Arrow string kernels; every other record (group records, control markers,
 undecodable ones, a v4 value without its tagged-field section) goes through the per-record
-codec and the text ``json.dumps`` writes (by msgspec, :func:`.jsonify.dumps_spaced`). ``--stats`` counts Arrow columns (a group-by over
-type, status and version) instead of building rows. The output is byte for byte the
-per-record writer's: tests/test_decode_dump.py compares both on real and generated logs, the
-old writer kept as the oracle in ``tests/support/decode_oracle.py``.
+codec and the text ``json.dumps`` writes (written by msgspec: :func:`.jsonify.dumps_spaced`).
+``--stats`` counts Arrow columns (a group-by over type, status and version) instead of
+building rows. The output is byte for byte the per-record writer's: tests/test_decode_dump.py
+compares both on real and generated logs, the old writer kept as the oracle in
+``tests/support/decode_oracle.py``.
 
 Pure: Arrow batches in, Arrow strings and counters out; reading files is the caller's job.
 """
@@ -81,9 +82,8 @@ def record_json(row: dict[str, Any], timestamp: int, decoded: DecodedRecord) -> 
 
 
 def record_line(row: dict[str, Any], timestamp: int, decoded: DecodedRecord) -> str:
-    """:func:`record_json` as one JSON line: ``json.dumps(jsonable(...))`` with bytes turned
-    into base64 by ``default`` instead of a copy of the whole object (the same text: every
-    key is a str already, tuples print as lists)."""
+    """:func:`record_json` as one JSON line: the text of ``json.dumps(jsonable(...))``, bytes
+    as base64 (tests/test_jsonify.py and tests/test_decode_dump.py hold it to that)."""
     return dumps_spaced(record_json(row, timestamp, decoded)) + "\n"
 
 

@@ -262,9 +262,9 @@ def _group_fields(recs: list[DecodedRecord]) -> dict[str, list]:
         v = r.value
         if v is None:
             continue
-        field = epoch_field.get(r.record_type)
-        if field is not None:
-            generation[i] = v.get(field)
+        epoch_name = epoch_field.get(r.record_type)
+        if epoch_name is not None:
+            generation[i] = v.get(epoch_name)
         if r.record_type == GROUP_METADATA_TYPE:
             for name in ("protocol_type", "protocol", "leader"):
                 columns[name][i] = v.get(name)
