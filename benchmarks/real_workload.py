@@ -19,6 +19,7 @@ probes (``is_deltatable``) are counted; and what a Python worker has imported af
 
     python benchmarks/real_workload.py                          # this checkout, best of 3
     python benchmarks/real_workload.py --baseline /tmp/before --breakdown
+    python benchmarks/real_workload.py --yardstick  # beside a bare SparkSession + trivial query
 """
 
 from __future__ import annotations
@@ -254,6 +255,32 @@ def import_seconds(checkout: Path, modules: list[str]) -> float:
     return float(out.stdout.strip())
 
 
+#: The issue's yardstick: a bare local SparkSession (Spark's defaults) and one trivial query,
+#: in a fresh process, stopped, as a script would; and the same with offsetlake's session.
+YARDSTICKS = {
+    "bare SparkSession + one trivial query (Spark defaults)":
+        "from pyspark.sql import SparkSession\n"
+        "s = SparkSession.builder.master('local[2]').getOrCreate()\n"
+        "s.range(1).collect()\ns.stop()",
+    "the same on offsetlake's session (pipelines.spark.spark_session)":
+        "from pipelines.spark import spark_session\n"
+        "s = spark_session(own_workers=True)\ns.range(1).collect()\ns.stop()",
+}
+
+
+def yardsticks(runs: int, work: Path) -> None:
+    """Best wall time of each :data:`YARDSTICKS` script in a fresh process: what a short
+    Spark job pays on this machine before any record is read."""
+    for label, code in YARDSTICKS.items():
+        walls = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], cwd=work, env=_env(REPO),
+                           capture_output=True, check=True)
+            walls.append(time.perf_counter() - t0)
+        print(f"  {label}: best {min(walls):.2f} s wall (runs {', '.join(f'{w:.2f}' for w in walls)})")
+
+
 def _print_breakdown(name: str, checkout: Path, b: dict) -> None:
     print(f"\n== breakdown: {name} ({checkout}) ==")
     for label, secs in b["phases"].items():
@@ -286,6 +313,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3, help="best of N (default 3)")
     parser.add_argument("--baseline", type=Path, help="another checkout to run alternately")
     parser.add_argument("--breakdown", action="store_true", help="also an instrumented run each")
+    parser.add_argument("--yardstick", action="store_true",
+                        help="also a bare SparkSession + one trivial query (the issue's yardstick)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -329,6 +358,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"without the workers Spark's daemons fork), machine cpu {machine:.2f} s")
         if "baseline" in best:
             print(f"current / baseline wall: {best['current'][0] / best['baseline'][0]:.2f}x")
+        if args.yardstick:
+            yardsticks(args.runs, work)
         if args.breakdown:
             for name, checkout in checkouts.items():
                 _print_breakdown(name, checkout, breakdown(checkout, data, work))
