@@ -252,7 +252,7 @@ CLASSIC_ONLY = ("protocol_type", "protocol", "leader", "current_state_timestamp"
 
 def _group_fields(recs: list[DecodedRecord]) -> dict[str, list]:
     """``generation`` and the :data:`CLASSIC_ONLY` columns of each record, in one pass: a
-    group-heavy part holds ~10 KIP-848 records for each classic one, and a list per column
+    group-heavy part holds ~9 KIP-848 records for each classic one, and a list per column
     of dict lookups that find nothing cost as much as the rest of the table."""
     n = len(recs)
     columns: dict[str, list] = {name: [None] * n for name in ("generation", *CLASSIC_ONLY)}
