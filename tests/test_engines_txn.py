@@ -81,3 +81,32 @@ def test_a_replayed_delta_rs_batch_is_skipped(tmp_path: Path) -> None:
     assert not engine.append(offsets_raw, _raw(1), "app", 0)
     assert engine.read("offsets_raw").num_rows == 1
     assert len(_txn_actions(tmp_path / "offsets_raw")) == 1
+
+
+def test_a_delta_rs_write_brings_its_table_up_to_date_once_and_sees_other_writers(
+        tmp_path: Path, monkeypatch) -> None:
+    """One bring-up of the table's log per write (the replay check and the write share it:
+    each is a listing of the log, a round trip to an object store), and that one still
+    sees a batch another writer committed meanwhile: the write is skipped."""
+    from deltalake import DeltaTable
+
+    mine, other = DeltaRsEngine(tmp_path), DeltaRsEngine(tmp_path)
+    latest = contract("group_records_latest")
+
+    def changes(group: str) -> pa.Table:
+        rows = pa.Table.from_pylist([_group_row(group)], schema=latest.change_schema)
+        return rows.append_column(OP, pa.array(["upsert"]))
+
+    assert mine.merge(latest, changes("a"), "app", 0)
+    assert mine.append(contract("offsets_raw"), _raw(1), "app", 0)
+    bring_ups = []
+    real = DeltaTable.update_incremental
+    monkeypatch.setattr(DeltaTable, "update_incremental",
+                        lambda self, *a, **k: bring_ups.append(1) or real(self, *a, **k))
+    assert mine.merge(latest, changes("b"), "app", 1)
+    assert mine.append(contract("offsets_raw"), _raw(2), "app", 1)
+    assert len(bring_ups) == 2
+
+    assert other.merge(latest, changes("c"), "app", 2)  # another writer, after mine last looked
+    assert not mine.merge(latest, changes("d"), "app", 2)
+    assert sorted(mine.read("group_records_latest").column("group_id").to_pylist()) == ["a", "b", "c"]
