@@ -99,14 +99,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus" / "public")
     parser.add_argument("--scale", type=int, default=200, help="demo generator scale (200 ~ 1M, 2000 ~ 10M records)")
-    parser.add_argument("--max-records-per-batch", type=int, default=500_000)
+    parser.add_argument("--max-records-per-batch", type=int, default=None,
+                        help="default: the product's (pipelines.sources.batching)")
     parser.add_argument("--workdir", type=Path, default=None, help="keep data and lakes here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
     from pipelines.demo import generate_cluster
     from pipelines.ingest import ingest_segments_local
+    from pipelines.sources.batching import DEFAULT_MAX_RECORDS_PER_BATCH
     from pipelines.spark import spark_session
+
+    args.max_records_per_batch = args.max_records_per_batch or DEFAULT_MAX_RECORDS_PER_BATCH
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="offsetlake-bench-"))
     for old in ("public", "lake-public", "lake-public-local", "generated", "lake-generated", "lake-local"):

@@ -36,6 +36,7 @@ from pipelines.source_identity import (
     kafka_identity,
     segments_identity,
 )
+from pipelines.sources.batching import DEFAULT_MAX_RECORDS_PER_BATCH
 from pipelines.sources.raw import PACKED_ARROW_SCHEMA
 from pipelines.sources.record_batches.problems import Problem
 from pipelines.sources.segments.index import source_problems
@@ -80,7 +81,7 @@ class IngestConfig:
     cluster_id: str = "default"
     delta_engine: str = "delta-rs"
     trigger: str = "available-now"  # or a processing-time interval such as "30 seconds"
-    max_records_per_batch: int = 500_000
+    max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH
     kafka_options: dict[str, str] = field(default_factory=dict)
     checkpoint: Path | str | None = None
     allow_data_loss: bool = False  # records the source no longer has: fail (default) or skip
@@ -380,7 +381,8 @@ def record_problems(engine: DeltaEngine, identity: SourceIdentity, report: Inges
 
 def ingest_segments_local(path: str | Path, lake: str | Path, cluster_id: str = "default",
                           engine: DeltaEngine | None = None, app_id: str = "offsetlake-local",
-                          first_batch_id: int = 0, max_records_per_batch: int = 500_000) -> IngestReport:
+                          first_batch_id: int = 0,
+                          max_records_per_batch: int = DEFAULT_MAX_RECORDS_PER_BATCH) -> IngestReport:
     """The same per-batch processing without Spark, in batches of whole partition directories.
 
     For tests and tools where Spark is not the point (building a lake from a recording to

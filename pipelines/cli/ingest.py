@@ -20,6 +20,7 @@ from pipelines.cli.common import (
     lake_from,
     source_options,
 )
+from pipelines.sources.batching import DEFAULT_MAX_RECORDS_PER_BATCH
 
 log = logging.getLogger("offsetlake")
 
@@ -112,8 +113,9 @@ def add_ingest_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trigger", default=env("TRIGGER", "available-now"),
                    help="'available-now' (default: process what exists, then stop) or an interval "
                         "such as '30 seconds' to run continuously")
-    p.add_argument("--max-records-per-batch", type=int, default=int(env("MAX_RECORDS_PER_BATCH", "500000")),
-                   help="bound on records per micro-batch (default 500000)")
+    p.add_argument("--max-records-per-batch", type=int,
+                   default=int(env("MAX_RECORDS_PER_BATCH", str(DEFAULT_MAX_RECORDS_PER_BATCH))),
+                   help=f"bound on records per micro-batch (default {DEFAULT_MAX_RECORDS_PER_BATCH})")
     add_kafka_args(p)
     p.add_argument("--allow-data-loss", action="store_true",
                    default=flag_env("ALLOW_DATA_LOSS"),

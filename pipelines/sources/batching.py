@@ -7,6 +7,14 @@ import math
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+#: Records per micro-batch unless the user says otherwise (``--max-records-per-batch``), for
+#: every source. Why a million: each batch pays ~0.45 s of fixed driver work (a Delta commit
+#: per table, the state merges, the audit's reads and writes) on 2 cores. Measured on 2026-11-25
+#: (the 10M-record generated history, one Spark session, two runs of each): 500k-record
+#: batches took 29.2 s, 1M 24.3-25.5 s and 2M 24.6-25.2 s. On the 2.04M-record group-heavy history, 500k took
+#: 30.4-31.7 s and 1M 28.0-28.9 s. The driver held 930 MB at 1M, against 740 MB at 500k.
+DEFAULT_MAX_RECORDS_PER_BATCH = 1_000_000
+
 
 def spread_budget(backlog: Mapping[str, int], budget: int) -> dict[str, int]:
     """Split ``budget`` records over partitions fairly (water-filling): partitions with less

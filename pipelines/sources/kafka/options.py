@@ -17,6 +17,7 @@ from typing import Any
 
 from pipelines.kafka_options import KafkaOptionError, normalize, parse_bool
 from pipelines.redaction import redact_mapping
+from pipelines.sources.batching import DEFAULT_MAX_RECORDS_PER_BATCH
 from pipelines.sources.kafka.errors import KafkaSourceConfigError
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,6 @@ OFFSETS_TOPIC = "__consumer_offsets"
 SOURCE_NAME = "offsetlake-kafka"
 SOURCE_LABEL = "kafka"
 
-DEFAULT_MAX_RECORDS_PER_BATCH = 500_000
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_READ_TIMEOUT_S = 120.0
 DEFAULT_ARROW_BATCH_ROWS = 10_000

@@ -39,7 +39,7 @@ Options (all strings, as Spark passes them; parsed by :mod:`pipelines.sources.ka
                                brokers report in Metadata (null on very old brokers)
 ``starting_offsets``           ``earliest`` (default), ``latest``, or JSON ``{"0": 42, ...}``
                                (``-2`` earliest, ``-1`` latest; unlisted partitions: earliest)
-``max_records_per_batch``      default 500000; ``0`` = unlimited. At most this many records
+``max_records_per_batch``      default 1000000; ``0`` = unlimited. At most this many records
                                (rows) per micro-batch, spread fairly over partitions. Offsets
                                have holes (compaction, markers, aborted data), so when the
                                offsets to read exceed the budget the driver counts the records
