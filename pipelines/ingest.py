@@ -40,9 +40,11 @@ from pipelines.sources.batching import DEFAULT_MAX_RECORDS_PER_BATCH
 from pipelines.sources.raw import PACKED_ARROW_SCHEMA
 from pipelines.sources.record_batches.problems import Problem
 from pipelines.sources.segments.index import source_problems
+from pipelines.spark_workers import WarmWorkers
 from pipelines.state.audit import TABLES as AUDIT_TABLES
 from pipelines.state.audit import backfill as audit_backfill
 from pipelines.state.audit import backfill_clusters as audit_backfill_clusters
+from pipelines.state.progress import TABLE as PROGRESS
 
 log = logging.getLogger(__name__)
 
@@ -266,6 +268,32 @@ def index_ahead(cfg: IngestConfig) -> threading.Thread | None:
     return thread
 
 
+def _records_past_the_lake(cfg: IngestConfig, engine: DeltaEngine) -> bool:
+    """Whether the source may hold records the lake has not ingested: for segment files, a
+    partition whose last record lies past ``ingest_progress``'s log end for it (read from
+    the checkpoint's index cache, which ``index_ahead`` filled); any other source, always
+    (a live cluster's ``__consumer_offsets`` always grows). A guess that changes no result,
+    only whether the Python workers get a head start (:class:`WarmWorkers`)."""
+    if cfg.source != "segments":
+        return True
+    engine = make_engine("delta-rs", engine.location)  # this thread's own: tables are not shared
+    if not engine.exists(PROGRESS):
+        return True
+    from pipelines.sources.segments.files import find_segments
+    from pipelines.sources.segments.index import SegmentIndexCache, cluster_of, index_partition
+
+    progress = engine.read(PROGRESS, ["cluster_id", "offsets_partition", "log_end"])
+    log_ends = {(c, p): e for c, p, e in zip(*(progress.column(n).to_pylist() for n in progress.column_names),
+                                            strict=True)}
+    cache = SegmentIndexCache(cfg.checkpoint_dir / "segment_index")
+    for plog in find_segments(cfg.path):
+        offsets = index_partition(plog, cache=cache).offsets
+        if len(offsets) and int(offsets[-1]) >= log_ends.get((cluster_of(plog, cfg.cluster_id),
+                                                               plog.offsets_partition), 0):
+            return True
+    return False
+
+
 def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> IngestReport:
     """Run the streaming query (availableNow by default) and report what it wrote
     (through ``engine``, default: the one ``cfg.delta_engine`` names).
@@ -286,6 +314,8 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
     progress = _progress_bar(cfg.progress)
     fresh = not any((cfg.checkpoint_dir / "spark" / "offsets").glob("[0-9]*"))
 
+    # Python workers started while the query plans its first batch
+    warm = WarmWorkers(spark, _cores(spark), lambda: _records_past_the_lake(cfg, engine))
     kept = cfg.checkpoint_dir / "pending_batches"
     commit_kept(engine, kept, app_id, report)  # what a stopped run handed to Spark uncommitted
     handover = Handover(engine, app_id, kept, report, progress, started)
@@ -300,6 +330,7 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
     try:
         handover.serve(query)
     finally:
+        warm.stop()
         report.seconds = time.perf_counter() - started
         if progress is not None:
             progress.close()
