@@ -45,6 +45,7 @@ from pipelines.state.audit import TABLES as AUDIT_TABLES
 from pipelines.state.audit import backfill as audit_backfill
 from pipelines.state.audit import backfill_clusters as audit_backfill_clusters
 from pipelines.state.progress import TABLE as PROGRESS
+from pipelines.state.progress import log_ends
 
 log = logging.getLogger(__name__)
 
@@ -282,14 +283,14 @@ def _records_past_the_lake(cfg: IngestConfig, engine: DeltaEngine) -> bool:
     from pipelines.sources.segments.files import find_segments
     from pipelines.sources.segments.index import SegmentIndexCache, cluster_of, index_partition
 
-    progress = engine.read(PROGRESS, ["cluster_id", "offsets_partition", "log_end"])
-    log_ends = {(c, p): e for c, p, e in zip(*(progress.column(n).to_pylist() for n in progress.column_names),
-                                            strict=True)}
+    ends: dict[str, dict[int, int]] = {}  # cluster -> partition -> log end, read once each
     cache = SegmentIndexCache(cfg.checkpoint_dir / "segment_index")
     for plog in find_segments(cfg.path):
+        cluster = cluster_of(plog, cfg.cluster_id)
+        if cluster not in ends:
+            ends[cluster] = log_ends(engine, cluster)
         offsets = index_partition(plog, cache=cache).offsets
-        if len(offsets) and int(offsets[-1]) >= log_ends.get((cluster_of(plog, cfg.cluster_id),
-                                                               plog.offsets_partition), 0):
+        if len(offsets) and int(offsets[-1]) >= ends[cluster].get(plog.offsets_partition, 0):
             return True
     return False
 
