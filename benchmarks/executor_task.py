@@ -2,16 +2,15 @@
 one micro-batch, each beside a baseline checkout.
 
 Why: a steady-state ingest spends its batch time in one Spark job per micro-batch (the
-segments source's Python worker reads and packs raw rows; Spark's JVM moves the packed cells
-to the decoding worker, which builds and writes the history files) and in the driver's
-commits. This separates the first two:
+segments source hands each task its ranges; the decoding worker reads them, builds and
+writes the history files) and in the driver's commits. This separates the first two:
 
 * ``task``: one task's share of a micro-batch run in this process, outside Spark, stage by
   stage (CPU time, best of N): read (segment bytes -> RAW Arrow), pack (Arrow IPC cells),
   unpack, ``build_history``, state input and counts, the three history Parquet files,
   pickling the state input; records per CPU-second of one core.
-* ``--spark``: the same micro-batch through a local Spark session (the source packed, as the
-  ingest job reads it, then ``history_part`` in ``mapInArrow``), wall and CPU of the whole
+* ``--spark``: the same micro-batch through a local Spark session (the source's deferred reads, as
+  the ingest job reads it, then ``history_part`` in ``mapInArrow``), wall and CPU of the whole
   process tree split into the JVM and the Python processes (driver, daemons, workers), best
   of N after one warm-up run that pays the workers' start.
 
@@ -125,16 +124,20 @@ def run_spark(data: str, batch: int, repeat: int) -> dict:
 
     from pipelines.history.parts import history_part
     from pipelines.history.tables import HISTORY_TABLES
-    from pipelines.sources.raw import PACKED_ARROW_SCHEMA, unpacked
+    from pipelines.sources import raw
+    from pipelines.sources.raw import unpacked
     from pipelines.sources.segments import spark_source
     from pipelines.spark import spark_session
 
     spark = spark_session("offsetlake-executor-bench")
     spark_source.register(spark)
     now = datetime.now(timezone.utc)
-    frame = (spark.read.format(spark_source.NAME).schema(from_arrow_schema(PACKED_ARROW_SCHEMA))
-             .option("path", data).option("packed", "true").option("cluster_id", "bench")
-             .option("max_records_per_batch", str(batch)).load())
+    # as the checkout's ingest reads: deferred reads, or (before them) packed cells
+    deferred = hasattr(raw, "DEFERRED_ARROW_SCHEMA")
+    schema = raw.DEFERRED_ARROW_SCHEMA if deferred else raw.PACKED_ARROW_SCHEMA
+    frame = (spark.read.format(spark_source.NAME).schema(from_arrow_schema(schema))
+             .option("path", data).option("defer_read" if deferred else "packed", "true")
+             .option("cluster_id", "bench").option("max_records_per_batch", str(batch)).load())
     runs = []
     for _ in range(repeat + 1):  # the first run starts the Python workers
         lake = tempfile.mkdtemp(prefix="offsetlake-task-")

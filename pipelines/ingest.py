@@ -37,7 +37,7 @@ from pipelines.source_identity import (
     segments_identity,
 )
 from pipelines.sources.batching import DEFAULT_MAX_RECORDS_PER_BATCH
-from pipelines.sources.raw import PACKED_ARROW_SCHEMA
+from pipelines.sources.raw import DEFERRED_ARROW_SCHEMA, PACKED_ARROW_SCHEMA
 from pipelines.sources.record_batches.problems import Problem
 from pipelines.sources.segments.index import source_problems
 from pipelines.spark_workers import WarmWorkers
@@ -182,10 +182,11 @@ def process_batch(engine: DeltaEngine, raw: pa.Table, batch_id: int, app_id: str
 
 
 def open_stream(spark, cfg: IngestConfig):
-    """The raw-record streaming DataFrame of the configured source (packed where it can be).
+    """The raw-record streaming DataFrame of the configured source: segment files as deferred
+    reads (each decoding task reads its ranges itself), a Kafka consumer's records packed.
 
-    The packed schema is given up front: Spark then needs no Python worker to ask the
-    source for it (~1 s of every run's start-up).
+    The schema is given up front: Spark then needs no Python worker to ask the source for
+    it (~1 s of every run's start-up).
     """
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -194,8 +195,8 @@ def open_stream(spark, cfg: IngestConfig):
         from pipelines.sources.segments import spark_source
 
         spark_source.register(spark)
-        return (spark.readStream.format(spark_source.NAME).schema(packed).option("path", cfg.path)
-                .option("packed", "true")
+        return (spark.readStream.format(spark_source.NAME).schema(from_arrow_schema(DEFERRED_ARROW_SCHEMA))
+                .option("path", cfg.path).option("defer_read", "true")
                 .option("index_cache_dir", str(cfg.checkpoint_dir / "segment_index"))
                 .option("cluster_id", cfg.cluster_id)
                 .option("max_records_per_batch", str(cfg.max_records_per_batch))

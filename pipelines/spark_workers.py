@@ -20,8 +20,10 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 
-#: What a decoding task imports (``pipelines.micro_batch.part_cells_on_executors``).
-TASK_MODULES = ("pipelines.history.parts", "pipelines.sources.raw")
+#: What a decoding task imports (``pipelines.micro_batch.part_cells_on_executors``; the
+#: segments source's reader too: its tasks read their ranges themselves).
+TASK_MODULES = ("pipelines.history.parts", "pipelines.sources.raw", "pipelines.sources.segments.index",
+                "pipelines.sources.segments.spark_source")
 
 
 def _imports(batches):

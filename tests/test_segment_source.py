@@ -12,6 +12,7 @@ import pytest
 
 from pipelines.demo import generate_cluster
 from pipelines.sources.raw import (
+    DEFERRED_COLUMN,
     INDEX_ARROW_SCHEMA,
     PACKED_COLUMN,
     RAW_ARROW_SCHEMA,
@@ -144,7 +145,7 @@ def test_planned_tasks_follow_the_batch_size_and_read_every_record_once(
     pieces = split_ranges(planner._indexes, {}, end, max_tasks)  # what tasks are packed from
     assert len(ranges) == (expected or min(len(pieces), task_count(total, max_tasks, min_task_records)))
     assert expected or 2 < len(ranges) <= max_tasks
-    got = pa.concat_tables(pa.Table.from_batches(list(planner._read_raw(task))) for task in ranges)
+    got = pa.concat_tables(pa.Table.from_batches(list(planner.read_raw(task))) for task in ranges)
     full = pa.concat_tables([emitted_table(p.segments, "c") for p in find_segments(rolled_demo)])
     order = [("offsets_partition", "ascending"), ("offset", "ascending")]
     assert got.num_rows == total == full.num_rows
@@ -157,16 +158,21 @@ def test_packed_spark_read_carries_the_same_records(spark, rolled_demo: Path) ->
 
     spark_source.register(spark)
 
-    def read(packed: str) -> pa.Table:
+    def read(packed: str, defer_read: str = "false") -> pa.Table:
         return (spark.read.format(spark_source.NAME).option("path", str(rolled_demo))
-                .option("cluster_id", "c").option("packed", packed).load().toArrow())
+                .option("cluster_id", "c").option("packed", packed).option("defer_read", defer_read)
+                .load().toArrow())
 
-    plain, packed = read("false"), read("true")
+    plain, packed, deferred = read("false"), read("true"), read("false", "true")
     assert packed.column_names == [PACKED_COLUMN] and packed.num_rows < plain.num_rows
     full = pa.concat_tables([emitted_table(p.segments, "c") for p in find_segments(rolled_demo)])
     order = [("offsets_partition", "ascending"), ("offset", "ascending")]
     assert unpacked(packed).sort_by(order).equals(plain.sort_by(order))
     assert plain.sort_by(order).equals(full.cast(SPARK_RAW_SCHEMA).sort_by(order))
+    # deferred: one small row per task, naming what to read; the records are read by unpacked()
+    assert deferred.column_names == [DEFERRED_COLUMN] and deferred.num_rows >= 1
+    assert max(len(cell) for cell in deferred.column(DEFERRED_COLUMN).to_pylist()) < 4096 < plain.nbytes
+    assert unpacked(deferred).sort_by(order).equals(plain.sort_by(order))
 
 
 def test_index_cache_gives_the_same_index_and_reads_no_log_twice(rolled_demo: Path, tmp_path: Path,

@@ -21,7 +21,9 @@ Conventions:
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -107,10 +109,38 @@ def _one_cell(data: pa.Buffer) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data])
 
 
+class DeferredRead(Protocol):
+    """What a deferred cell holds (pickled): a source's read of its raw records, made where the
+    cell is consumed."""
+
+    def read(self) -> Iterable[pa.RecordBatch]: ...
+
+
+#: The deferred form: one row per Spark task naming what the task reads, the reading left to
+#: whoever consumes the row (:func:`unpacked`, in the decoding task). For sources whose
+#: records are files every executor reads alike (segment files): the records then cross no
+#: process boundary at all, where packed cells are written by the source's Python worker,
+#: copied by the JVM and read back by the decoding worker (one 1M-record micro-batch: LZ4
+#: and IPC ~0.3 s of Python CPU, ~0.3 s of JVM CPU; ``benchmarks/executor_task.py --spark``).
+DEFERRED_COLUMN = "raw_read"
+DEFERRED_ARROW_SCHEMA: pa.Schema = pa.schema([pa.field(DEFERRED_COLUMN, pa.binary())])
+
+
+def deferred(read: DeferredRead) -> pa.RecordBatch:
+    """One deferred row: ``read`` pickled (a source's own object: nothing from outside)."""
+    cell = pickle.dumps(read, protocol=pickle.HIGHEST_PROTOCOL)
+    return pa.RecordBatch.from_arrays([pa.array([cell], pa.binary())], schema=DEFERRED_ARROW_SCHEMA)
+
+
 def unpacked(table: pa.Table) -> pa.Table:
-    """Raw records of ``table``: unpacked if it is packed, as it is otherwise."""
-    if table.column_names != [PACKED_COLUMN]:
+    """Raw records of ``table``: unpacked if it is packed, read if it is deferred, as it is
+    otherwise."""
+    if table.column_names == [DEFERRED_COLUMN]:
+        parts = [pa.Table.from_batches([b]) for chunk in table.column(DEFERRED_COLUMN).chunks
+                 for cell in chunk if cell.is_valid for b in pickle.loads(cell.as_buffer()).read() if b.num_rows]
+    elif table.column_names == [PACKED_COLUMN]:
+        parts = [pa.ipc.open_stream(cell.as_buffer()).read_all()
+                 for chunk in table.column(PACKED_COLUMN).chunks for cell in chunk if cell.is_valid]
+    else:
         return table
-    parts = [pa.ipc.open_stream(cell.as_buffer()).read_all()
-             for chunk in table.column(PACKED_COLUMN).chunks for cell in chunk if cell.is_valid]
     return pa.concat_tables(parts) if parts else RAW_ARROW_SCHEMA.empty_table()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -56,16 +57,44 @@ def _index() -> ModuleType:
 
 
 def _schema(options: dict[str, str]) -> Any:
-    """The Spark schema a read emits (packed cells, or the raw record columns)."""
+    """The Spark schema a read emits (deferred reads, packed cells, or the raw record columns)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from pipelines.sources.raw import PACKED_ARROW_SCHEMA, SPARK_RAW_SCHEMA
+    from pipelines.sources.raw import DEFERRED_ARROW_SCHEMA, PACKED_ARROW_SCHEMA, SPARK_RAW_SCHEMA
 
-    return from_arrow_schema(PACKED_ARROW_SCHEMA if _packed(options) else SPARK_RAW_SCHEMA)
+    if _flag(options, "defer_read"):
+        return from_arrow_schema(DEFERRED_ARROW_SCHEMA)
+    return from_arrow_schema(PACKED_ARROW_SCHEMA if _flag(options, "packed") else SPARK_RAW_SCHEMA)
 
 
-def _packed(options: dict[str, str]) -> bool:
-    return options.get("packed", "false").lower() == "true"
+def _flag(options: dict[str, str], name: str) -> bool:
+    return options.get(name, "false").lower() == "true"
+
+
+def read_ranges(ranges: list[tuple] | tuple, rows_per_batch: int) -> Iterator[pa.RecordBatch]:
+    """The raw records of a task's ranges (see :class:`SegmentPlanner`), in Arrow batches of at
+    most ``rows_per_batch``; a range whose files changed since planning is read in full."""
+    ix = _index()
+    for directory, regions, begin, stop, aborted, rows, cluster in ranges:
+        plog = find_segments(directory)[0]
+        batches = list(ix.read_regions(plog.offsets_partition, regions, begin, stop, aborted, cluster,
+                                       rows_per_batch))
+        if sum(b.num_rows for b in batches) != rows:  # the files changed since planning
+            log.warning("%s changed while being read; reading [%d, %d) in full", directory, begin, stop)
+            batches = ix.read_range(plog, begin, stop, cluster, rows_per_batch, [])
+        yield from batches
+
+
+@dataclass(frozen=True)
+class SegmentRead:
+    """A task's read, deferred to where its row is consumed: ``pipelines.sources.raw.unpacked``
+    calls :meth:`read` in the decoding task, which reads the segment files itself."""
+
+    ranges: tuple
+    rows_per_batch: int
+
+    def read(self) -> Iterator[pa.RecordBatch]:
+        return read_ranges(self.ranges, self.rows_per_batch)
 
 
 class SegmentPlanner:
@@ -83,7 +112,8 @@ class SegmentPlanner:
         self.max_rows = int(options.get("max_records_per_batch", 0)) or None
         self.max_tasks = int(options.get("max_tasks", 8))
         self.min_task_records = int(options.get("min_task_records", MIN_TASK_RECORDS))
-        self.packed = _packed(options)
+        self.packed = _flag(options, "packed")
+        self.defer_read = _flag(options, "defer_read")
         self._cache_dir = options.get("index_cache_dir")
         self._cache = None  # the index cache, opened by the first refresh
         self._indexes: dict[str, PartitionIndex] = {}
@@ -126,21 +156,16 @@ class SegmentPlanner:
         return [r for r in ix.pack_ranges(pieces, tasks) if r]
 
     def _read_ranges(self, ranges: list[tuple]) -> Iterator[pa.RecordBatch]:
-        from pipelines.sources.raw import pack
+        from pipelines.sources.raw import deferred, pack
 
-        batches = self._read_raw(ranges)
+        if self.defer_read:
+            return iter([deferred(SegmentRead(tuple(ranges), self.rows_per_batch))])
+        batches = self.read_raw(ranges)
         return pack(batches) if self.packed else batches
 
-    def _read_raw(self, ranges: list[tuple]) -> Iterator[pa.RecordBatch]:
-        ix = _index()
-        for directory, regions, begin, stop, aborted, rows, cluster in ranges:
-            plog = find_segments(directory)[0]
-            batches = list(ix.read_regions(plog.offsets_partition, regions, begin, stop, aborted, cluster,
-                                        self.rows_per_batch))
-            if sum(b.num_rows for b in batches) != rows:  # the files changed since planning
-                log.warning("%s changed while being read; reading [%d, %d) in full", directory, begin, stop)
-                batches = ix.read_range(plog, begin, stop, cluster, self.rows_per_batch, [])
-            yield from batches
+    def read_raw(self, ranges: list[tuple]) -> Iterator[pa.RecordBatch]:
+        """The raw records of a task's ranges."""
+        return read_ranges(ranges, self.rows_per_batch)
 
     def _latest(self, start: dict | None, max_rows: int | None, target: dict[str, int] | None) -> dict:
         """End offsets of the next micro-batch from ``start``: at most ``max_rows`` records,
