@@ -112,3 +112,35 @@ def test_files_the_driver_cannot_see_are_refused_not_committed(tmp_path: Path) -
         engine.commit_files(spec, [elsewhere], "app", 0)
     table = DeltaTable(engine.path(spec.name))
     assert (table.version(), table.transaction_version("app")) == (0, None)
+
+
+def _dictionary_encoded(path: Path) -> dict[str, bool]:
+    """Per column of a Parquet file: whether its pages are dictionary-encoded."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    chunks = [meta.row_group(0).column(i) for i in range(meta.num_columns)]
+    return {c.path_in_schema: any("DICTIONARY" in e for e in c.encodings) for c in chunks}
+
+
+def test_both_writers_use_dictionary_pages_for_string_columns_only(tmp_path: Path) -> None:
+    """Strings repeat (group ids, topics); offsets and timestamps are near-unique, where a
+    dictionary page costs time and space. Task-written files and delta-rs appends and merges
+    follow the same rule."""
+    data = _commits()
+    written = write_data_file(tmp_path / "task", data)
+    engine = DeltaRsEngine(tmp_path / "lake")
+    assert engine.append(contract("offset_commits"), data, "app", 0)
+    state = contract("committed_offsets")
+    rows = [{"cluster_id": "c", "group_id": f"g{i % 3}", "topic": "t", "partition": i, "committed_offset": i * 10,
+             "leader_epoch": -1, "metadata": "", "value_version": 3, "offsets_partition": 0, "offset": i,
+             "updated_at": datetime(2026, 1, 1, tzinfo=UTC)} for i in range(40)]
+    assert engine.merge(state, state.change_set(rows, ["upsert"] * len(rows)), "app", 0)
+    files = [tmp_path / "task" / written.path, *(tmp_path / "lake" / "offset_commits").glob("*.parquet"),
+             *(tmp_path / "lake" / "committed_offsets").glob("*.parquet")]
+    assert len(files) == 3
+    for path, schema in zip(files, [data.schema, data.schema, state.arrow_schema], strict=True):
+        encoded = _dictionary_encoded(path)
+        assert encoded.keys() == set(schema.names), path
+        want = {f.name for f in schema if pa.types.is_string(f.type)}
+        assert {name for name, yes in encoded.items() if yes} == want, path

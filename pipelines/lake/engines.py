@@ -17,7 +17,7 @@ import pyarrow as pa
 from pyarrow.fs import FileType
 
 from pipelines.lake.contracts import TableContract
-from pipelines.lake.files import DataFile
+from pipelines.lake.files import DataFile, dictionary_columns
 from pipelines.lake.keys import KeyFilter
 from pipelines.lake.location import LakeLocation, lake_location
 from pipelines.model import OP
@@ -142,11 +142,16 @@ class DeltaRsEngine:
         return table
 
     @staticmethod
-    def _writer():
-        """zstd level 1: smaller than delta-rs' default snappy for the byte columns, and faster."""
-        from deltalake import WriterProperties
+    def _writer(contract: TableContract):
+        """zstd level 1: smaller than delta-rs' default snappy for the byte columns, and faster;
+        dictionary pages for the string columns only (:func:`~pipelines.lake.files.dictionary_columns`)."""
+        from deltalake import ColumnProperties, WriterProperties
 
-        return WriterProperties(compression="ZSTD", compression_level=1)
+        return WriterProperties(
+            compression="ZSTD", compression_level=1,
+            default_column_properties=ColumnProperties(dictionary_enabled=False),
+            column_properties={name: ColumnProperties(dictionary_enabled=True)
+                               for name in dictionary_columns(contract.arrow_schema)})
 
     def _commit(self, app_id: str, version: int):
         from deltalake import CommitProperties, Transaction
@@ -163,7 +168,7 @@ class DeltaRsEngine:
         write_deltalake(
             table, contract.conform(data), mode="append",
             commit_properties=self._commit(app_id, version), storage_options=self.storage_options,
-            writer_properties=self._writer(),
+            writer_properties=self._writer(contract),
         )
         return True
 
@@ -237,7 +242,7 @@ class DeltaRsEngine:
             # delta-rs derive a target predicate from it and skip the files it cannot match
             .merge(source, _key_predicate(contract.key), source_alias="s", target_alias="t",
                    streamed_exec=False, commit_properties=self._commit(app_id, version),
-                   writer_properties=self._writer())
+                   writer_properties=self._writer(contract))
             .when_matched_delete(f"s.{OP} = 'delete'")
             .when_matched_update_all(f"s.{OP} = 'upsert'", except_cols=[OP])
             .when_not_matched_insert_all(f"s.{OP} = 'upsert'", except_cols=[OP])

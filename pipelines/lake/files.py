@@ -42,8 +42,7 @@ def write_data_file(table_dir: str | Path | LakeLocation, data: pa.Table) -> Dat
 
     Straight to the lake's filesystem (object stores included); the size is what the
     stream wrote, so no stat of a local file is needed. Dictionary encoding only for
-    string columns: the record bytes are near-unique, and dictionary pages for them cost
-    time and space (measured: 25% slower, 30% larger).
+    string columns (:func:`dictionary_columns`).
     """
     where = lake_location(table_dir)
     fs = where.filesystem()
@@ -51,11 +50,19 @@ def write_data_file(table_dir: str | Path | LakeLocation, data: pa.Table) -> Dat
     path = where.fs_path(where.join(name))
     if where.is_local:
         fs.create_dir(where.fs_path(), recursive=True)
-    strings = [f.name for f in data.schema if pa.types.is_string(f.type)]
     with fs.open_output_stream(path) as out:
-        pq.write_table(data, out, compression="zstd", compression_level=1, use_dictionary=strings)
+        pq.write_table(data, out, compression="zstd", compression_level=1,
+                       use_dictionary=dictionary_columns(data.schema))
         size = out.tell()
     return DataFile(name, size, time.time_ns() // 1_000_000, file_stats(data), data.num_rows)
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns worth Parquet's dictionary encoding: the strings (group ids, topics, member
+    ids repeat). Offsets, timestamps and record bytes are near-unique: a dictionary page
+    costs time and space for them (history files: 25% slower, 30% larger; 1M
+    ``commit_attribution`` rows through delta-rs: 180 vs 240 ms, 3.3 vs 4.3 MB)."""
+    return [f.name for f in schema if pa.types.is_string(f.type)]
 
 
 def file_stats(data: pa.Table) -> str:
