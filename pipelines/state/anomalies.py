@@ -6,6 +6,7 @@ Pure computation over Arrow tables; :mod:`pipelines.state.audit` reads and write
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ import pyarrow.compute as pc
 
 from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter, distinct_keys
+from pipelines.model import micros_of
 from pipelines.state.attribution import REASONS, attribution_at, key_ids
 
 ANOMALIES = "offset_anomalies"
@@ -241,57 +243,95 @@ def _log_bounds(engine: DeltaEngine, clusters: set[str]) -> pa.Table | None:
     return table if table.num_rows else None
 
 
-def bound_checks(c: dict[str, Any], snaps: list[dict[str, Any]], now: datetime, source: str,
-                 ts: datetime | None) -> list[dict[str, Any]]:
-    """``snaps``: this partition's snapshot rows sorted by captured_at. Past the end is
-    certain against a snapshot taken at/after the commit (the log end only grows); below
-    the start against one taken at/before it (the log start only grows)."""
-    out = []
-    after = [s for s in snaps if ts is None or s["captured_at"] >= ts]
-    before = [s for s in snaps if ts is not None and s["captured_at"] <= ts]
-    if after and after[0]["log_end_offset"] is not None and c["committed_offset"] > after[0]["log_end_offset"]:
-        s = after[0]
-        out.append(anomaly_row("past_log_end", c, now, source, log_end_offset=s["log_end_offset"],
-                               log_start_offset=s.get("log_start_offset"), snapshot_id=s["snapshot_id"],
-                               snapshot_captured_at=s["captured_at"]))
-    if before and before[-1].get("log_start_offset") is not None \
-            and c["committed_offset"] < before[-1]["log_start_offset"]:
-        s = before[-1]
-        out.append(anomaly_row("below_log_start", c, now, source, log_end_offset=s["log_end_offset"],
-                               log_start_offset=s["log_start_offset"], snapshot_id=s["snapshot_id"],
-                               snapshot_captured_at=s["captured_at"]))
-    return out
+#: the key of a partition's log bounds
+_PARTITION = ["cluster_id", "topic", "partition"]
 
 
 def log_bound_anomalies(engine: DeltaEngine, commits: pa.Table, attribution: pa.Table, now: datetime,
                         source: str) -> list[dict[str, Any]]:
-    """This batch's commits against snapshots the lake already holds (a replayed history)."""
+    """This batch's commits against the snapshots the lake already holds."""
     if commits.num_rows == 0:
         return []
     bounds = _log_bounds(engine, {c for c, in distinct_keys(commits, ("cluster_id",))})
     if bounds is None:
         return []
-    snaps = by_partition(bounds)
-    who = {(r["cluster_id"], r["offsets_partition"], r["offset"]): r
-           for r in attribution.select(["cluster_id", "offsets_partition", "offset", "attribution",
-                                        "member_id"]).to_pylist()}
+
+    def attributed(rows: pa.Table) -> pa.Table:
+        who, member = attribution_at(attribution, rows)
+        return pa.table({"attribution": who, "member_id": member})
+
+    return bound_anomalies(commits, bounds, commits.column("commit_timestamp"), now, source, attributed)
+
+
+def bound_anomalies(rows: pa.Table, bounds: pa.Table, at: pa.ChunkedArray | None, now: datetime,
+                    source: str, attribution: Callable[[pa.Table], pa.Table]) -> list[dict[str, Any]]:
+    """``rows`` (commits: cluster, topic, partition, committed offset, position) past a
+    snapshot's log end or below its log start, with the snapshot's bounds as evidence.
+
+    Past the end is certain against a snapshot taken at or after the commit (the log end only
+    grows): a row's partition's first snapshot captured at or after ``at`` is checked. Below
+    the start against one taken at or before it (the log start only grows): the last captured
+    at or before ``at``. ``at`` None: every snapshot counts as after the commit for the first
+    check and as before it for the second (the current offsets against a snapshot); a null
+    time (no commit timestamp) gets the first check only. ``attribution(rows)`` gives the
+    flagged rows' ``attribution`` and ``member_id``.
+
+    Vectorized: a batch of a million commits against every snapshot the lake holds costs a
+    few sorted searches (per row in Python, it was 8.8 s for 1M commits and 2 snapshots per
+    partition); only flagged rows become Python objects."""
+    if rows.num_rows == 0 or bounds.num_rows == 0:
+        return []
+    n = rows.num_rows
+    k_row, k_bound = key_ids([rows.column(c) for c in _PARTITION], [bounds.column(c) for c in _PARTITION])
+    captured = micros_of(bounds.column("captured_at")).to_numpy()
+    times = np.unique(captured)
+    # (partition, rank of the capture time) as one sortable integer per snapshot row
+    width = np.int64(len(times) + 1)
+    order = np.lexsort((captured, k_bound))  # stable: equal times keep the table's order
+    comp = (k_bound * width + np.searchsorted(times, captured))[order]
+    if at is None:
+        after_rank, before_rank, timed = np.zeros(n, np.int64), np.full(n, len(times), np.int64), np.ones(n, bool)
+    else:
+        stamps = micros_of(at)
+        timed = pc.is_valid(stamps).to_numpy(zero_copy_only=False)
+        stamps = pc.fill_null(stamps, 0).to_numpy()
+        after_rank = np.where(timed, np.searchsorted(times, stamps, side="left"), 0)
+        before_rank = np.searchsorted(times, stamps, side="right")
+
+    def snapshot(rank: np.ndarray, shift: int, usable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(found, snapshot row) per row: the sorted snapshot at the row's (partition, rank)
+        search position plus ``shift``, if it is the row's partition's."""
+        j = np.searchsorted(comp, k_row * width + rank, side="left") + shift
+        found = usable & (j >= 0) & (j < len(comp))
+        found[found] = k_bound[order[j[found]]] == k_row[found]
+        return found, order[np.clip(j, 0, len(comp) - 1)]
+
+    after, a = snapshot(after_rank, 0, np.ones(n, bool))  # the first captured at/after
+    before, b = snapshot(before_rank, -1, timed)  # the last captured at/before
+    committed = pc.is_valid(rows.column("committed_offset")).to_numpy(zero_copy_only=False)
+    offset = pc.fill_null(rows.column("committed_offset"), 0).to_numpy()
+    end, start = bounds.column("log_end_offset"), bounds.column("log_start_offset")
+    end_known, start_known = (pc.is_valid(c).to_numpy(zero_copy_only=False) for c in (end, start))
+    end, start = (pc.fill_null(c, 0).to_numpy() for c in (end, start))
+    past = committed & after & end_known[a] & (offset > end[a])
+    below = committed & before & start_known[b] & (offset < start[b])
+    flagged = np.flatnonzero(past | below)
+    if not len(flagged):
+        return []
+    picked = rows.take(pa.array(flagged))
+    found = attribution(picked)
+    snapshots = bounds.to_pylist()
     out = []
-    for c in commits.to_pylist():
-        mine = snaps.get((c["cluster_id"], c["topic"], c["partition"]))
-        if mine:
-            c.update({k: v for k, v in who.get((c["cluster_id"], c["offsets_partition"], c["offset"]), {}).items()
-                      if k in ("attribution", "member_id")})
-            out += bound_checks(c, mine, now, source, c["commit_timestamp"])
+    for i, c, who, member in zip(flagged.tolist(), picked.to_pylist(), found.column("attribution").to_pylist(),
+                                 found.column("member_id").to_pylist(), strict=True):
+        c.update(attribution=who, member_id=member)
+        for kind, hit, s in (("past_log_end", past, a), ("below_log_start", below, b)):
+            if hit[i]:
+                snap = snapshots[s[i]]
+                out.append(anomaly_row(kind, c, now, source, log_end_offset=snap["log_end_offset"],
+                                       log_start_offset=snap["log_start_offset"], snapshot_id=snap["snapshot_id"],
+                                       snapshot_captured_at=snap["captured_at"]))
     return out
-
-
-def by_partition(bounds: pa.Table) -> dict[tuple, list[dict[str, Any]]]:
-    snaps: dict[tuple, list[dict[str, Any]]] = {}
-    for s in bounds.to_pylist():
-        snaps.setdefault((s["cluster_id"], s["topic"], s["partition"]), []).append(s)
-    for rows in snaps.values():
-        rows.sort(key=lambda s: s["captured_at"])
-    return snaps
 
 
 def log_start_recorded(engine: DeltaEngine) -> bool:

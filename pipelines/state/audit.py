@@ -34,14 +34,12 @@ from pipelines.model import OP, GroupRecord, LatestRecord, StateInput
 from pipelines.state import topics
 from pipelines.state.anomalies import (
     ANOMALIES,
-    anomaly_row,
-    bound_checks,
-    by_partition,
+    bound_anomalies,
     log_bound_anomalies,
     ownership_anomalies,
     sequence_anomalies,
 )
-from pipelines.state.attribution import ATTRIBUTION, TS, attribute, generation_rows
+from pipelines.state.attribution import ATTRIBUTION, TS, attribute, attribution_at, generation_rows
 
 log = logging.getLogger(__name__)
 
@@ -264,27 +262,21 @@ def snapshot_anomalies(engine: DeltaEngine, cluster_id: str, snapshot_id: str,
                          KeyFilter.of(("cluster_id", "snapshot_id"), {(cluster_id, snapshot_id)}))
     if bounds.num_rows == 0:
         return 0
-    snaps = by_partition(bounds)
     current = engine.read("committed_offsets", None, KeyFilter.of(("cluster_id",), {(cluster_id,)}))
-    who: dict[tuple, dict] = {}
-    if engine.exists(ATTRIBUTION):
-        attr = engine.read(ATTRIBUTION, ["cluster_id", "offsets_partition", "offset", "attribution",
-                                         "member_id"], KeyFilter.of(("cluster_id",), {(cluster_id,)}))
-        who = {(r["cluster_id"], r["offsets_partition"], r["offset"]): r for r in attr.to_pylist()}
-    out = []
-    for c in current.to_pylist():
-        mine = snaps.get((c["cluster_id"], c["topic"], c["partition"]))
-        if not mine:
-            continue
-        a = who.get((c["cluster_id"], c["offsets_partition"], c["offset"]), {})
-        c.update(attribution=a.get("attribution"), member_id=a.get("member_id"))
-        # the current offset was committed before this snapshot: both checks apply to it
-        out += [x for x in bound_checks(c, mine, now, "snapshot", None)]
-        s = mine[-1]
-        if s.get("log_start_offset") is not None and c["committed_offset"] < s["log_start_offset"]:
-            out.append(anomaly_row("below_log_start", c, now, "snapshot", log_end_offset=s["log_end_offset"],
-                                   log_start_offset=s["log_start_offset"], snapshot_id=s["snapshot_id"],
-                                   snapshot_captured_at=s["captured_at"]))
+
+    def attributed(rows: pa.Table) -> pa.Table:
+        """The flagged offsets' attribution, read at their positions only."""
+        if not engine.exists(ATTRIBUTION):
+            return pa.table({"attribution": pa.nulls(rows.num_rows, pa.string()),
+                             "member_id": pa.nulls(rows.num_rows, pa.string())})
+        cols = ["cluster_id", "offsets_partition", "offset"]
+        at = engine.read(ATTRIBUTION, [*cols, "attribution", "member_id"],
+                         KeyFilter.of(cols, zip(*(rows.column(c).to_pylist() for c in cols), strict=True)))
+        who, member = attribution_at(at, rows)
+        return pa.table({"attribution": who, "member_id": member})
+
+    # the current offsets were committed before this snapshot: both checks apply to them
+    out = bound_anomalies(current, bounds, None, now, "snapshot", attributed)
     if not out:
         return 0
     ensure_tables(engine)
