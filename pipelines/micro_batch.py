@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from pipelines.arrow_memory import use_offsetlake_pool
 from pipelines.history import pending
 from pipelines.history.parts import HistoryPart, combined_state, history_part
 from pipelines.history.spark_writes import write_history_with_spark
@@ -107,6 +108,7 @@ def part_cells_on_executors(df, batch_id: int, now: datetime, lake: Path | str |
     lake_dir = lake_location(lake)
 
     def task(batches):
+        use_offsetlake_pool()
         batches = [b for b in batches if b.num_rows]
         raw = unpacked(pa.Table.from_batches(batches)) if batches else None
         if raw is not None and raw.num_rows:

@@ -17,6 +17,8 @@ import threading
 import uuid
 from collections.abc import Callable
 
+from pipelines.arrow_memory import use_offsetlake_pool
+
 log = logging.getLogger(__name__)
 
 
@@ -27,6 +29,7 @@ TASK_MODULES = ("pipelines.history.parts", "pipelines.sources.raw", "pipelines.s
 
 
 def _imports(batches):
+    use_offsetlake_pool()
     for module in TASK_MODULES:
         importlib.import_module(module)
     yield from batches

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from pipelines import redaction
+from pipelines.arrow_memory import use_offsetlake_pool
 from pipelines.cli.common import UserError, check_schemas
 from pipelines.cli.parser import build_parser
 
@@ -40,6 +41,7 @@ def main(argv: Sequence[str] | None = None, standalone: bool = False) -> int:
         os.environ.setdefault("OFFSETLAKE_SPARK_QUIET", "false")
     try:
         check_schemas()
+        use_offsetlake_pool()
         return args.func(args)
     except UserError as exc:
         print(f"offsetlake {args.command}: error: {redaction.redact(str(exc))}", file=sys.stderr)

@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from pipelines.arrow_memory import use_offsetlake_pool
 from pipelines.history.parts import HistoryPart
 from pipelines.history.tables import HISTORY_TABLES, build_history, no_cyclic_gc
 from pipelines.lake.contracts import contract
@@ -104,6 +105,7 @@ def decode_task(batch_id: int, ingested_at: datetime, tables: tuple[str, ...]
     """The ``mapInArrow`` function decoding a task's (packed or plain) raw records."""
 
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        use_offsetlake_pool()
         batches = [b for b in batches if b.num_rows]
         if not batches:
             return

@@ -95,6 +95,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMinRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from pipelines.arrow_memory import use_offsetlake_pool
 from pipelines.sources.batching import (
     default_read_limit,
     fill_budget,
@@ -181,6 +182,7 @@ def _spark_batches(opts: SourceOptions, split: InputPartition) -> Iterator[pa.Re
 
     if not isinstance(split, KafkaInputPartition):
         raise TypeError(f"unexpected input partition {split!r}")
+    use_offsetlake_pool()
     batches = (batch.cast(SPARK_RAW_SCHEMA) for batch in
                read_partition(opts, split.partition, split.start, split.end,
                               cluster_id=split.cluster_id))
