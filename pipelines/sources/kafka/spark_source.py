@@ -95,7 +95,6 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMinRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from pipelines.arrow_memory import use_offsetlake_pool
 from pipelines.sources.batching import (
     default_read_limit,
     fill_budget,
@@ -177,6 +176,7 @@ class KafkaInputPartition(InputPartition):
 
 def _spark_batches(opts: SourceOptions, split: InputPartition) -> Iterator[pa.RecordBatch]:
     """``read_partition`` cast to the Arrow types Spark validates against (packed if asked)."""
+    from pipelines.arrow_memory import use_offsetlake_pool
     from pipelines.sources.kafka.reader import read_partition
     from pipelines.sources.raw import SPARK_RAW_SCHEMA, pack
 
