@@ -9,6 +9,7 @@ can never stop a job, and the raw bytes stay with the caller.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,8 +146,22 @@ def _expand_consumer_protocol(group: dict[str, Any]) -> None:
             blob = member.get(name)
             if not blob:
                 continue
-            with contextlib.suppress(WireError):
-                member[name] = consumer_protocol.decode_embedded(kind, blob)
+            decoded = _embedded(kind, blob) if isinstance(blob, bytes) else _embedded_uncached(kind, blob)
+            if decoded is not None:
+                member[name] = decoded
+
+
+def _embedded_uncached(kind: str, blob: bytes) -> dict[str, Any] | None:
+    """A member's subscription or assignment decoded, None when it does not parse."""
+    with contextlib.suppress(WireError):
+        return consumer_protocol.decode_embedded(kind, blob)
+    return None
+
+
+#: The same blobs recur: a member sends the same subscription at every rebalance, and an
+#: assignment stays while the group is stable; each distinct one is decoded once and shared,
+#: read-only like the records the decoder already shares (group-heavy history: 278k blobs).
+_embedded = functools.lru_cache(maxsize=8192)(_embedded_uncached)
 
 
 # ----------------------------------------------------------------------------- encoding
