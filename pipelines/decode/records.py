@@ -146,22 +146,23 @@ def _expand_consumer_protocol(group: dict[str, Any]) -> None:
             blob = member.get(name)
             if not blob:
                 continue
-            decoded = _embedded(kind, blob) if isinstance(blob, bytes) else _embedded_uncached(kind, blob)
+            decoded = _embedded(kind, blob)
             if decoded is not None:
                 member[name] = decoded
 
 
-def _embedded_uncached(kind: str, blob: bytes) -> dict[str, Any] | None:
-    """A member's subscription or assignment decoded, None when it does not parse."""
+@functools.lru_cache(maxsize=8192)
+def _embedded(kind: str, blob: bytes) -> dict[str, Any] | None:
+    """A member's subscription or assignment (the codec reads them as ``bytes``) decoded,
+    None when it does not parse.
+
+    Cached: the same blobs recur (a member sends the same subscription at every rebalance,
+    and an assignment stays while the group is stable), so each distinct one is decoded once
+    and shared, read-only like the records the decoder already shares. Group-heavy history
+    (278k blobs, 2.04M records): the decode path's CPU 10.5 -> 8.0-8.75 s."""
     with contextlib.suppress(WireError):
         return consumer_protocol.decode_embedded(kind, blob)
     return None
-
-
-#: The same blobs recur: a member sends the same subscription at every rebalance, and an
-#: assignment stays while the group is stable; each distinct one is decoded once and shared,
-#: read-only like the records the decoder already shares (group-heavy history: 278k blobs).
-_embedded = functools.lru_cache(maxsize=8192)(_embedded_uncached)
 
 
 # ----------------------------------------------------------------------------- encoding
