@@ -6,6 +6,7 @@ Pure computation over Arrow tables; :mod:`pipelines.state.audit` reads and write
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -255,16 +256,13 @@ def log_bound_anomalies(engine: DeltaEngine, commits: pa.Table, attribution: pa.
     bounds = _log_bounds(engine, {c for c, in distinct_keys(commits, ("cluster_id",))})
     if bounds is None:
         return []
-
-    def attributed(rows: pa.Table) -> pa.Table:
-        who, member = attribution_at(attribution, rows)
-        return pa.table({"attribution": who, "member_id": member})
-
-    return bound_anomalies(commits, bounds, commits.column("commit_timestamp"), now, source, attributed)
+    return bound_anomalies(commits, bounds, commits.column("commit_timestamp"), now, source,
+                           functools.partial(attribution_at, attribution))
 
 
 def bound_anomalies(rows: pa.Table, bounds: pa.Table, at: pa.ChunkedArray | None, now: datetime,
-                    source: str, attribution: Callable[[pa.Table], pa.Table]) -> list[dict[str, Any]]:
+                    source: str, attribution: Callable[[pa.Table], tuple[pa.Array, pa.Array]]
+                    ) -> list[dict[str, Any]]:
     """``rows`` (commits: cluster, topic, partition, committed offset, position) past a
     snapshot's log end or below its log start, with the snapshot's bounds as evidence.
 
@@ -274,7 +272,7 @@ def bound_anomalies(rows: pa.Table, bounds: pa.Table, at: pa.ChunkedArray | None
     at or before ``at``. ``at`` None: every snapshot counts as after the commit for the first
     check and as before it for the second (the current offsets against a snapshot); a null
     time (no commit timestamp) gets the first check only. ``attribution(rows)`` gives the
-    flagged rows' ``attribution`` and ``member_id``.
+    flagged rows' ``attribution`` and ``member_id`` (as :func:`attribution_at` does).
 
     Vectorized: a batch of a million commits against every snapshot the lake holds costs a
     few sorted searches (per row in Python, it was 8.8 s for 1M commits and 2 snapshots per
@@ -319,12 +317,11 @@ def bound_anomalies(rows: pa.Table, bounds: pa.Table, at: pa.ChunkedArray | None
     if not len(flagged):
         return []
     picked = rows.take(pa.array(flagged))
-    found = attribution(picked)
+    who, member = attribution(picked)
     snapshots = bounds.to_pylist()
     out = []
-    for i, c, who, member in zip(flagged.tolist(), picked.to_pylist(), found.column("attribution").to_pylist(),
-                                 found.column("member_id").to_pylist(), strict=True):
-        c.update(attribution=who, member_id=member)
+    for i, c, w, m in zip(flagged.tolist(), picked.to_pylist(), who.to_pylist(), member.to_pylist(), strict=True):
+        c.update(attribution=w, member_id=m)
         for kind, hit, s in (("past_log_end", past, a), ("below_log_start", below, b)):
             if hit[i]:
                 snap = snapshots[s[i]]

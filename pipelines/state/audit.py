@@ -264,16 +264,14 @@ def snapshot_anomalies(engine: DeltaEngine, cluster_id: str, snapshot_id: str,
         return 0
     current = engine.read("committed_offsets", None, KeyFilter.of(("cluster_id",), {(cluster_id,)}))
 
-    def attributed(rows: pa.Table) -> pa.Table:
+    def attributed(rows: pa.Table) -> tuple[pa.Array, pa.Array]:
         """The flagged offsets' attribution, read at their positions only."""
         if not engine.exists(ATTRIBUTION):
-            return pa.table({"attribution": pa.nulls(rows.num_rows, pa.string()),
-                             "member_id": pa.nulls(rows.num_rows, pa.string())})
+            return pa.nulls(rows.num_rows, pa.string()), pa.nulls(rows.num_rows, pa.string())
         cols = ["cluster_id", "offsets_partition", "offset"]
         at = engine.read(ATTRIBUTION, [*cols, "attribution", "member_id"],
                          KeyFilter.of(cols, zip(*(rows.column(c).to_pylist() for c in cols), strict=True)))
-        who, member = attribution_at(at, rows)
-        return pa.table({"attribution": who, "member_id": member})
+        return attribution_at(at, rows)
 
     # the current offsets were committed before this snapshot: both checks apply to them
     out = bound_anomalies(current, bounds, None, now, "snapshot", attributed)
