@@ -409,3 +409,25 @@ def test_a_batch_read_back_comes_in_log_order_one_row_per_position() -> None:
     ordered = rows.take([1, 4, 2, 5, 0]).sort_by([("cluster_id", "ascending"), ("offsets_partition", "ascending"),
                                                    ("offset", "ascending")])
     assert _dedupe_positions(ordered) is ordered
+
+
+def test_a_batch_read_back_from_files_in_any_order_comes_in_log_order() -> None:
+    """Each task's file holds its ranges in log order, the files come in any order: the result
+    is the same as for one unordered table (files put in order, the rows themselves when the
+    files overlap or interleave)."""
+    from pipelines.state.audit import _dedupe_positions
+
+    def table(*files: list[tuple]) -> pa.Table:
+        schema = pa.schema([("cluster_id", pa.string()), ("offsets_partition", pa.int32()), ("offset", pa.int64())])
+        return pa.Table.from_batches([pa.RecordBatch.from_pylist(
+            [dict(zip(schema.names, r, strict=True)) for r in f], schema=schema) for f in files], schema=schema)
+
+    def keys(t: pa.Table) -> list[tuple]:
+        return list(zip(*(t.column(c).to_pylist() for c in t.column_names), strict=True))
+
+    a1, a0, b0 = [("a", 1, 7), ("a", 1, 8)], [("a", 0, 3), ("a", 0, 9)], [("b", 0, 1)]
+    # clusters in the order first seen, as for one table
+    assert keys(_dedupe_positions(table(b0, a1, a0))) == [*b0, *a0, *a1]
+    assert keys(_dedupe_positions(table(a1, [("a", 0, 9), ("a", 1, 8)], a0))) == [*a0, *a1]  # overlap
+    assert keys(_dedupe_positions(table(a1, [("a", 0, 4), ("a", 1, 2)], a0))) == [
+        ("a", 0, 3), ("a", 0, 4), ("a", 0, 9), ("a", 1, 2), *a1]  # interleaved: rows sorted

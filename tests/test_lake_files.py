@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
@@ -144,3 +145,54 @@ def test_both_writers_use_dictionary_pages_for_string_columns_only(tmp_path: Pat
         assert encoded.keys() == set(schema.names), path
         want = {f.name for f in schema if pa.types.is_string(f.type)}
         assert {name for name, yes in encoded.items() if yes} == want, path
+
+
+def _as_dictionaries(data: pa.Table, unused: str) -> pa.Table:
+    """``data`` with every string column an Arrow dictionary whose values also hold ``unused``
+    (a value no row takes: the statistics must not state it)."""
+    columns = []
+    for column in data.columns:
+        if pa.types.is_string(column.type):
+            encoded = column.combine_chunks().dictionary_encode()
+            values = pa.concat_arrays([encoded.dictionary, pa.array([unused])])
+            column = pa.DictionaryArray.from_arrays(encoded.indices, values)
+        columns.append(column)
+    return pa.table(columns, names=data.column_names)
+
+
+@pytest.mark.parametrize("unused", ["", "~~~~"])  # below and above every value rows take
+def test_appended_dictionary_columns_are_stored_as_plain_strings(tmp_path: Path, unused: str) -> None:
+    """The audit appends its attribution with dictionary columns (owners shared by a million
+    commits): the table must hold exactly what plain strings give, stated the same way."""
+    spec = contract("offset_commits")
+    data = _commits()
+    engine = DeltaRsEngine(tmp_path / "lake")
+    assert engine.append(spec, _as_dictionaries(data, unused), "app", 0)
+    assert not engine.append(spec, _as_dictionaries(data, unused), "app", 0)  # a replay: skipped
+    write_deltalake(str(tmp_path / "plain"), data)
+
+    table = DeltaTable(str(tmp_path / "lake" / "offset_commits"))
+    assert table.to_pyarrow_table().schema == spec.arrow_schema.remove_metadata()
+    assert table.to_pyarrow_table().to_pylist() == data.to_pylist()
+    ours, theirs = _stats(tmp_path / "lake" / "offset_commits"), _stats(tmp_path / "plain")
+    assert ours["nullCount"] == theirs["nullCount"]
+    for column in ("cluster_id", "topic"):
+        assert ours["minValues"][column] == theirs["minValues"][column]
+        assert ours["maxValues"][column] == theirs["maxValues"][column]
+    # the file itself: plain strings for any Parquet reader, no Arrow dictionary schema kept
+    (path,) = table.file_uris()
+    assert pq.read_table(path).column("group_id").type == pa.string()
+    assert pq.read_table(path).to_pylist() == data.to_pylist()
+
+
+def test_conform_keeps_only_dictionaries_without_null_values() -> None:
+    spec = contract("offset_commits")
+    data = _commits(4)
+    clean = pa.DictionaryArray.from_arrays(pa.array([0, None, 1, 0], pa.int32()), pa.array(["a", "b"]))
+    holed = pa.DictionaryArray.from_arrays(pa.array([0, 1, 1, 0], pa.int32()), pa.array(["a", None]))
+    kept = spec.conform(data.set_column(1, "group_id", clean), keep_dictionaries=True)
+    cast = spec.conform(data.set_column(1, "group_id", holed), keep_dictionaries=True)
+    assert pa.types.is_dictionary(kept.schema.field("group_id").type)
+    assert cast.schema.field("group_id").type == pa.string()
+    assert cast.column("group_id").null_count == 2
+    assert spec.conform(data.set_column(1, "group_id", clean)).schema == spec.arrow_schema

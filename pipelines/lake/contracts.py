@@ -84,19 +84,34 @@ class TableContract:
         ops = [ops] * data.num_rows if isinstance(ops, str) else ops
         return data.append_column(OP, pa.array(ops, pa.string()))
 
-    def conform(self, table: pa.Table, schema: pa.Schema | None = None) -> pa.Table:
-        """Select, order and cast ``table``'s columns to the contract (missing ones as nulls)."""
+    def conform(self, table: pa.Table, schema: pa.Schema | None = None,
+                keep_dictionaries: bool = False) -> pa.Table:
+        """Select, order and cast ``table``'s columns to the contract (missing ones as nulls).
+
+        ``keep_dictionaries``: a dictionary column of the field's type stays one, for a writer
+        that stores it as it is (:func:`pipelines.lake.files.write_data_file`)."""
         schema = schema or self.arrow_schema
-        arrays = []
+        arrays, fields = [], []
         for field in schema:
             if field.name in table.column_names:
                 column = table.column(field.name)
-                if column.type != field.type:
+                kept = keep_dictionaries and pa.types.is_dictionary(column.type) \
+                    and column.type.value_type == field.type and not _null_values(column)
+                if kept:
+                    field = field.with_type(column.type)
+                elif column.type != field.type:
                     column = column.cast(field.type)
             else:
                 column = pa.nulls(table.num_rows, field.type)
             arrays.append(column)
-        return pa.Table.from_arrays(arrays, schema=schema)
+            fields.append(field)
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))
+
+
+def _null_values(column: pa.ChunkedArray) -> bool:
+    """Whether a dictionary column's dictionary holds a null (its rows' nulls are then not
+    all in the indices: such a column is cast, so every writer counts nulls the same way)."""
+    return any(chunk.dictionary.null_count for chunk in column.chunks)
 
 
 def load_contracts(directory: Traversable) -> dict[str, TableContract]:

@@ -148,35 +148,47 @@ def attribute(commits: pa.Table, gens: pa.Table, now: datetime) -> pa.Table:
     if unresolved:
         codes = np.where((codes == 2) & np.isin(c_grp, np.fromiter(unresolved, np.int64)), 5, codes)
     names = ["owner", "zombie", "unassigned", "group_empty", "no_membership", "topic_unresolved"]
-    status = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int8)), pa.array(names)).cast(pa.string())
+    status = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int8)), pa.array(names))
     reason = pa.DictionaryArray.from_arrays(
         pa.array(codes.astype(np.int8), mask=codes == 0),
-        pa.array([""] + [REASONS[k] for k in names[1:]])).cast(pa.string())
+        pa.array([""] + [REASONS[k] for k in names[1:]]))
 
     owner_cols = ["group_type", "generation", "member_id", "group_instance_id", "client_id",
                   "client_host", "valid_from_offset"]
     last_cols = ["member_id", "client_id", "client_host", "valid_to_offset"]
     last = has_row & ~owner
-    if len(start):  # a null index takes a null row
-        owners = gens.select(owner_cols).take(pa.array(r_, mask=~owner))
-        lasts = gens.select(last_cols).take(pa.array(r_, mask=~last))
+    if len(start):
+        owners = {c: _pick(gens.column(c), r_, owner) for c in owner_cols}
+        lasts = {c: _pick(gens.column(c), r_, last) for c in last_cols}
     else:
-        owners = gens.select(owner_cols).schema.empty_table()
-        owners = pa.table({c: pa.nulls(n, owners.schema.field(c).type) for c in owner_cols})
-        lasts = pa.table({c: pa.nulls(n, gens.schema.field(c).type) for c in last_cols})
+        owners = {c: pa.nulls(n, gens.schema.field(c).type) for c in owner_cols}
+        lasts = {c: pa.nulls(n, gens.schema.field(c).type) for c in last_cols}
     table = pa.table({
         **{c: commits.column(c) for c in ("cluster_id", "group_id", "topic", "partition", "committed_offset",
                                           "leader_epoch", "commit_timestamp", "offsets_partition", "offset",
                                           "record_timestamp")},
         "attribution": status, "reason": reason,
-        **{c: owners.column(c) for c in owner_cols[:-1]},
-        "owner_valid_from_offset": owners.column("valid_from_offset"),
-        "last_owner_member_id": lasts.column("member_id"), "last_owner_client_id": lasts.column("client_id"),
-        "last_owner_client_host": lasts.column("client_host"),
-        "last_owner_lost_at_offset": lasts.column("valid_to_offset"),
+        **{c: owners[c] for c in owner_cols[:-1]},
+        "owner_valid_from_offset": owners["valid_from_offset"],
+        "last_owner_member_id": lasts["member_id"], "last_owner_client_id": lasts["client_id"],
+        "last_owner_client_host": lasts["client_host"],
+        "last_owner_lost_at_offset": lasts["valid_to_offset"],
         "updated_at": pa.array(np.full(n, np.datetime64(now.replace(tzinfo=None), "us")), TS),
     })
-    return spec.conform(table)
+    return spec.conform(table, keep_dictionaries=True)
+
+
+def _pick(values: pa.ChunkedArray, rows: np.ndarray, where: np.ndarray) -> pa.Array:
+    """``values[rows]`` where ``where`` holds, else null. Strings as a dictionary array over
+    ``values``: a batch's million commits are owned by a few hundred members, and copying
+    their ids, clients and hosts into every row cost a third of the attribution (the
+    writer stores dictionaries as they are; readers see plain strings)."""
+    column = values.combine_chunks()
+    valid = where & column.is_valid().to_numpy(zero_copy_only=False)[rows]
+    indices = pa.array(rows.astype(np.int32, copy=False), mask=~valid)
+    if pa.types.is_string(column.type) and len(column) < 1 << 31:  # no null among the values
+        return pa.DictionaryArray.from_arrays(indices, column.fill_null("") if column.null_count else column)
+    return column.take(indices)
 
 
 def attribution_at(attribution: pa.Table, rows: pa.Table) -> tuple[pa.Array, pa.Array]:

@@ -115,19 +115,39 @@ def batch_commits(engine: DeltaEngine, batch: StateInput, app_id: str | None = N
 
 
 def _dedupe_positions(table: pa.Table) -> pa.Table:
-    """``table`` in log order, one row per (cluster, offsets partition, position); a batch
-    read back from its own files usually is already (then nothing is copied)."""
+    """``table`` in log order, one row per (cluster, offsets partition, position).
+
+    A batch read back from its own files is a few runs in log order (each task wrote its
+    partitions' ranges in order, the tasks' files come in any order): the runs are put in
+    order as slices, no row copied; rows are sorted only when runs overlap."""
     if table.num_rows == 0:
         return table
     c = pc.dictionary_encode(table.column("cluster_id")).combine_chunks().indices.to_numpy()
     p = table.column("offsets_partition").to_numpy()
     o = table.column("offset").to_numpy()
     if not _in_order(c, p, o):
+        table, c, p, o = _runs_in_order(table, c, p, o)
+    if not _in_order(c, p, o):
         order = np.lexsort((o, p, c))
         table, c, p, o = table.take(order), c[order], p[order], o[order]
     keep = np.ones(len(o), bool)
     keep[1:] = (c[1:] != c[:-1]) | (p[1:] != p[:-1]) | (o[1:] != o[:-1])
     return table if keep.all() else table.filter(pa.array(keep))
+
+
+def _runs_in_order(table: pa.Table, c: np.ndarray, p: np.ndarray, o: np.ndarray
+                   ) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+    """The table's runs in (cluster, partition, position) order ordered by their first row."""
+    dc, dp, do = np.diff(c), np.diff(p.astype(np.int64)), np.diff(o)
+    ascending = (dc > 0) | ((dc == 0) & ((dp > 0) | ((dp == 0) & (do >= 0))))
+    starts = np.r_[0, np.flatnonzero(~ascending) + 1]
+    if len(starts) > 4096:  # rows in no order to speak of: sorting them is as cheap
+        return table, c, p, o
+    ends = np.r_[starts[1:], len(o)]
+    runs = np.lexsort((o[starts], p[starts], c[starts]))
+    rows = np.concatenate([np.arange(starts[r], ends[r]) for r in runs])
+    table = pa.concat_tables([table.slice(starts[r], ends[r] - starts[r]) for r in runs])
+    return table, c[rows], p[rows], o[rows]
 
 
 def _in_order(c: np.ndarray, p: np.ndarray, o: np.ndarray) -> bool:
