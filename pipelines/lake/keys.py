@@ -92,6 +92,8 @@ def distinct_keys(table: pa.Table, columns: Iterable[str]) -> set[tuple]:
     cols = list(columns)
     if table.num_rows == 0:
         return set()
+    if len(cols) == 1:  # one column: a hash of it, no grouping
+        return {(v,) for v in pc.unique(table.column(cols[0])).to_pylist()}
     distinct = table.select(cols).group_by(cols, use_threads=False).aggregate([])
     return set(zip(*(distinct.column(c).to_pylist() for c in cols), strict=True))
 

@@ -178,7 +178,7 @@ def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     clusters = {c for c, _ in groups}
     if _names_learned(engine, clusters, now):  # earlier commits may now find their owner
         written.update(revisit_unresolved(engine, clusters, f"{app_id}#names", batch_id, now))
-    live = commits.filter(pc.invert(commits.column("is_tombstone")))
+    live = _live(commits)
     attribution = attribute(live, generation_rows(engine, live), now)
     # new positions only: an append (no scan of the table), idempotent by the transaction
     # id. Written on a thread while the anomalies are found, where the engine allows: its
@@ -201,6 +201,14 @@ def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     if engine.merge(contract(CURSOR), contract(CURSOR).change_set(new_cursor), app_id, batch_id):
         written[CURSOR] = len(new_cursor)
     return written
+
+
+def _live(commits: pa.Table) -> pa.Table:
+    """The commits that are not offset tombstones (a batch usually holds none: no copy)."""
+    tombstone = commits.column("is_tombstone")
+    if tombstone.null_count == 0 and not pc.any(tombstone).as_py():
+        return commits
+    return commits.filter(pc.invert(tombstone))
 
 
 def _not_yet_audited(commits: pa.Table, events: list[tuple[str, str, Any]], cursor: list[dict[str, Any]]

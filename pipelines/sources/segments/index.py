@@ -147,8 +147,8 @@ class SegmentIndexCache:
 
     def rows(self, segment) -> pa.Table:
         entry = self._entry(segment.path)
-        if entry.exists():
-            return pq.read_table(entry, schema=INDEX_ARROW_SCHEMA)
+        if entry.exists():  # one file, read as such (pq.read_table would import pyarrow.dataset)
+            return pq.ParquetFile(entry).read().cast(INDEX_ARROW_SCHEMA)
         found: list[Problem] = []
         rows = _index_rows(segment, found)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -218,9 +218,13 @@ def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None,
     offsets = emitted.column("offset").to_numpy()
     last_stable = int(offsets[-1]) + 1 if len(offsets) else 0
     all_offsets = every.column("offset").to_numpy()  # sorted and unique, like offsets (a subset)
-    dropped = np.ones(len(all_offsets), dtype=bool)
-    dropped[np.searchsorted(all_offsets, offsets)] = False
-    aborted = all_offsets[dropped & (all_offsets < last_stable)]
+    stable = all_offsets[:int(np.searchsorted(all_offsets, last_stable))]
+    if len(stable) == len(offsets):  # nothing dropped below the LSO (no aborted transaction)
+        aborted = stable[:0]
+    else:
+        dropped = np.ones(len(stable), dtype=bool)
+        dropped[np.searchsorted(stable, offsets)] = False
+        aborted = stable[dropped]
     files = tuple(str(seg.path) for seg in plog.segments)
     file_of = emitted.column("source_file").to_numpy()
     pos = emitted.column("source_position").to_numpy()
