@@ -48,3 +48,24 @@ def test_many_keys_do_not_overflow() -> None:
             rng.integers(0, 3000, size=(20_000, 4))]
     got = key_ids(_columns(rows, [pa.string(), pa.string(), pa.int32(), pa.string()]))[0]
     assert got.tolist() == _expected(rows)[0]
+
+
+def test_picked_ownership_columns_equal_a_plain_take() -> None:
+    """The attribution's owner columns (dictionaries over the ownership rows picked) read as
+    the rows a plain take of the ownership table gives, nulls included."""
+    from pipelines.state.attribution import _Picked
+
+    rng = np.random.default_rng(11)
+    n_rows = 300
+    table = pa.table({
+        "member_id": pa.chunked_array([pa.array([None if i % 7 == 0 else f"m{i % 40}" for i in range(150)]),
+                                       pa.array([f"m{i}" for i in range(150)])]),
+        "generation": pa.array([None if i % 5 == 0 else i for i in range(n_rows)], pa.int32()),
+    })
+    for _ in range(20):
+        rows = rng.integers(0, n_rows, size=1000)
+        where = rng.random(1000) < rng.random()
+        got = _Picked(rows, where).columns(table, ["member_id", "generation"])
+        expected = table.take(pa.array(rows, mask=~where))
+        assert got["member_id"].cast(pa.string()).to_pylist() == expected.column("member_id").to_pylist()
+        assert got["generation"].to_pylist() == expected.column("generation").to_pylist()

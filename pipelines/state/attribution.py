@@ -158,8 +158,8 @@ def attribute(commits: pa.Table, gens: pa.Table, now: datetime) -> pa.Table:
     last_cols = ["member_id", "client_id", "client_host", "valid_to_offset"]
     last = has_row & ~owner
     if len(start):
-        owners = {c: _pick(gens.column(c), r_, owner) for c in owner_cols}
-        lasts = {c: _pick(gens.column(c), r_, last) for c in last_cols}
+        owners = _Picked(r_, owner).columns(gens, owner_cols)
+        lasts = _Picked(r_, last).columns(gens, last_cols)
     else:
         owners = {c: pa.nulls(n, gens.schema.field(c).type) for c in owner_cols}
         lasts = {c: pa.nulls(n, gens.schema.field(c).type) for c in last_cols}
@@ -178,17 +178,32 @@ def attribute(commits: pa.Table, gens: pa.Table, now: datetime) -> pa.Table:
     return spec.conform(table, keep_dictionaries=True)
 
 
-def _pick(values: pa.ChunkedArray, rows: np.ndarray, where: np.ndarray) -> pa.Array:
-    """``values[rows]`` where ``where`` holds, else null. Strings as a dictionary array over
-    ``values``: a batch's million commits are owned by a few hundred members, and copying
-    their ids, clients and hosts into every row cost a third of the attribution (the
-    writer stores dictionaries as they are; readers see plain strings)."""
-    column = values.combine_chunks()
-    valid = where & column.is_valid().to_numpy(zero_copy_only=False)[rows]
-    indices = pa.array(rows.astype(np.int32, copy=False), mask=~valid)
-    if pa.types.is_string(column.type) and len(column) < 1 << 31:  # no null among the values
-        return pa.DictionaryArray.from_arrays(indices, column.fill_null("") if column.null_count else column)
-    return column.take(indices)
+class _Picked:
+    """The ownership rows ``rows[i]`` where ``where[i]`` holds (else null), column by column.
+    Strings as dictionary arrays over the rows picked at least once: a batch's million
+    commits are owned by a few hundred members, and copying their ids, clients and hosts
+    into every row cost a third of the attribution (the writer stores dictionaries as they
+    are; readers see plain strings). Only the picked rows are taken from the ownership table,
+    which on a group-heavy history holds every member epoch of the committing groups."""
+
+    def __init__(self, rows: np.ndarray, where: np.ndarray) -> None:
+        picked = pa.array(rows[where])
+        self.used = pc.unique(picked)
+        self.index = np.zeros(len(rows), np.int32)
+        self.index[where] = pc.index_in(picked, value_set=self.used).to_numpy()
+        self.where = where
+
+    def columns(self, table: pa.Table, names: list[str]) -> dict[str, pa.Array]:
+        return {name: self._column(table.column(name)) for name in names}
+
+    def _column(self, column: pa.ChunkedArray) -> pa.Array:
+        values = column.take(self.used).combine_chunks()
+        valid = self.where & values.is_valid().to_numpy(zero_copy_only=False)[self.index] if len(values) \
+            else self.where
+        indices = pa.array(self.index, mask=~valid)
+        if pa.types.is_string(values.type):  # no null among the dictionary's values
+            return pa.DictionaryArray.from_arrays(indices, values.fill_null("") if values.null_count else values)
+        return values.take(indices)
 
 
 def attribution_at(attribution: pa.Table, rows: pa.Table) -> tuple[pa.Array, pa.Array]:
