@@ -138,9 +138,7 @@ def _dedupe_positions(table: pa.Table) -> pa.Table:
 def _runs_in_order(table: pa.Table, c: np.ndarray, p: np.ndarray, o: np.ndarray
                    ) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
     """The table's runs in (cluster, partition, position) order ordered by their first row."""
-    dc, dp, do = np.diff(c), np.diff(p.astype(np.int64)), np.diff(o)
-    ascending = (dc > 0) | ((dc == 0) & ((dp > 0) | ((dp == 0) & (do >= 0))))
-    starts = np.r_[0, np.flatnonzero(~ascending) + 1]
+    starts = np.r_[0, np.flatnonzero(~_ascending(c, p, o)) + 1]
     if len(starts) > 4096:  # rows in no order to speak of: sorting them is as cheap
         return table, c, p, o
     ends = np.r_[starts[1:], len(o)]
@@ -152,8 +150,13 @@ def _runs_in_order(table: pa.Table, c: np.ndarray, p: np.ndarray, o: np.ndarray
 
 def _in_order(c: np.ndarray, p: np.ndarray, o: np.ndarray) -> bool:
     """Whether rows are sorted by (cluster code, partition, position)."""
+    return bool(np.all(_ascending(c, p, o)))
+
+
+def _ascending(c: np.ndarray, p: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """Per row after the first, whether it sorts at or after the row before it."""
     dc, dp, do = np.diff(c), np.diff(p.astype(np.int64)), np.diff(o)
-    return bool(np.all((dc > 0) | ((dc == 0) & ((dp > 0) | ((dp == 0) & (do >= 0))))))
+    return (dc > 0) | ((dc == 0) & ((dp > 0) | ((dp == 0) & (do >= 0))))
 
 
 def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: int,
