@@ -5,7 +5,6 @@ member's metadata and the members carried from the first batch into the second).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -98,7 +97,7 @@ def _metadata_last(events: list) -> list:
     it lands in a later batch): KIP-848 rows open without their member's client id and host,
     and the metadata records fill them in later."""
     last = max(rec.offset for _, rec in events) + 1
-    return [(g, replace(rec, offset=rec.offset + last) if rec.record_type in (5, 19) else rec)
+    return [(g, rec._replace(offset=rec.offset + last) if rec.record_type in (5, 19) else rec)
             for g, rec in events]
 
 

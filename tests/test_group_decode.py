@@ -13,7 +13,6 @@ spliced lengths), so error statuses and messages are covered too.
 from __future__ import annotations
 
 import gc
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -137,7 +136,7 @@ def _check_history(raw: pa.Table) -> None:
     assert gm.schema == old.group_metadata.schema
     assert gm.equals(old.group_metadata.combine_chunks())
     # the state's records carry their timestamp in microseconds (the old path: datetimes)
-    expected = [GroupRecord(g.cluster_id, g.group_id, replace(g.record, record_timestamp=_micros(
+    expected = [GroupRecord(g.cluster_id, g.group_id, g.record._replace(record_timestamp=_micros(
         g.record.record_timestamp))) for g in old.group_records]
     assert new.group_records == expected
     assert repr(new.group_records) == repr(expected)

@@ -83,13 +83,21 @@ def decode_value(fmt: RecordFormat, value: bytes, embedded: bool = True
     return version, fields
 
 
+#: What a value decodes to: (version, fields, decode_status, decode_error).
+ValueOutcome = tuple[int | None, dict[str, Any] | None, str, str | None]
+
+
 def decode_record(key: bytes | None, value: bytes | None, is_control: bool = False,
-                  keys: dict[bytes, Any] | None = None, embedded: bool = True) -> DecodedRecord:
+                  keys: dict[bytes, Any] | None = None, embedded: bool = True,
+                  values: dict[tuple[int, bytes], ValueOutcome] | None = None) -> DecodedRecord:
     """Decode one record; never raises.
 
-    ``keys``, when given, memoizes decoded keys by their bytes for a caller decoding many
-    records (a group's keys repeat: one per member and record type); the decoded key
-    fields are then shared between records and must be treated as read-only.
+    ``keys`` and ``values``, when given, memoize decoded keys by their bytes and decoded
+    values by (record type, bytes) for a caller decoding many records: a group's keys
+    repeat (one per member and record type), and so do values that hold no group or member
+    id (an epoch, an assignment, a member's metadata: half the values of a group-heavy
+    log recur under other keys). What they decode to is then shared between records and
+    must be treated as read-only.
     ``embedded=False`` skips decoding the subscription and assignment blobs of classic
     members, for a caller that reads only the type, group, version and status (which a blob
     never changes: one that does not parse stays bytes)."""
@@ -114,21 +122,28 @@ def decode_record(key: bytes | None, value: bytes | None, is_control: bool = Fal
         )
     if value is None:
         return DecodedRecord(record_type, fmt.name, key_fields, None, None, TOMBSTONE)
+    outcome = None if values is None else values.get((record_type, value))
+    if outcome is None:
+        outcome = _value_outcome(fmt, value, embedded)
+        if values is not None:
+            values[(record_type, value)] = outcome
+    return DecodedRecord(record_type, fmt.name, key_fields, *outcome)
+
+
+def _value_outcome(fmt: RecordFormat, value: bytes, embedded: bool) -> ValueOutcome:
     version = wire.read_int16(value, 0)[0] if len(value) >= 2 else None
     try:
         version, fields = decode_value(fmt, value, embedded)
     except WireError as exc:
         status = LEGACY_LAYOUT if fmt.status in _EARLY_ACCESS_STATUSES else PARSE_ERROR
         where = "value" if version is None else f"value v{version}"
-        return DecodedRecord(record_type, fmt.name, key_fields, version, None, status, f"{where}: {exc}")
+        return version, None, status, f"{where}: {exc}"
     if fields is None:
-        return DecodedRecord(
-            record_type, fmt.name, key_fields, version, None, UNKNOWN_VALUE_VERSION,
-            f"{fmt.name} value version {version} is not one of {fmt.value.versions.low}-"
-            f"{min(fmt.value.versions.high, 99)}",
-        )
+        return (version, None, UNKNOWN_VALUE_VERSION,
+                f"{fmt.name} value version {version} is not one of {fmt.value.versions.low}-"
+                f"{min(fmt.value.versions.high, 99)}")
     note = "no tagged-field section (read as empty)" if fields.get(TAGS_ABSENT) else None
-    return DecodedRecord(record_type, fmt.name, key_fields, version, fields, OK, note)
+    return version, fields, OK, note
 
 
 def _expand_consumer_protocol(group: dict[str, Any]) -> None:

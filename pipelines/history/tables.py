@@ -92,9 +92,9 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
         mask = np.zeros(n, dtype=bool)
         mask[deferred] = True
         mask_arr = pa.array(mask)
-        record_type = pc.replace_with_mask(record_type, mask_arr, pa.array(d_type, pa.int16()))
-        status = pc.replace_with_mask(status, mask_arr, pa.array(d_status, pa.string()))
-        error = pc.replace_with_mask(error, mask_arr, pa.array(d_error, pa.string()))
+        record_type = pc.replace_with_mask(record_type, mask_arr, d_type)
+        status = pc.replace_with_mask(status, mask_arr, d_status)
+        error = pc.replace_with_mask(error, mask_arr, d_error)
 
     stamp_type = pa.timestamp("us", tz="UTC")
     stamps = pa.array(np.full(n, np.datetime64(ingested_at.replace(tzinfo=None), "us")), stamp_type)
@@ -117,7 +117,7 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
 
 def _decode_deferred(raw: pa.Table, deferred: np.ndarray, ingested_at: datetime,
                      group_rows: list[pa.Table], group_records: list[GroupRecord]
-                     ) -> tuple[list, list, list]:
+                     ) -> tuple[pa.Array, pa.Array, pa.Array]:
     """The rows the columnar decoder left (group records, malformed ones) decoded one by
     one: their (record type, status, error) columns; the group records that decoded are
     appended to ``group_records`` and, as one ``group_metadata`` table, to ``group_rows``.
@@ -158,40 +158,49 @@ def no_cyclic_gc() -> Iterator[None]:
 
 
 def _decode_group_rows(sub: pa.Table, ingested_at: datetime, group_rows: list[pa.Table],
-                       group_records: list[GroupRecord]) -> tuple[list, list, list]:
+                       group_records: list[GroupRecord]) -> tuple[pa.Array, pa.Array, pa.Array]:
     """:func:`_decode_deferred` on the deferred rows' raw columns.
 
-    Identical (key, value) byte pairs are decoded once and share one read-only record:
-    group records repeat (a key per member and record type, and values that hold no group
-    id, such as an epoch or a member's metadata, recur across groups and rejoins)."""
-    memo: dict[tuple[bytes, bytes | None], DecodedRecord] = {}
+    Group records repeat: a key per member and record type, and values that hold no group
+    id (an epoch, an assignment, a member's metadata) recur across groups and rejoins. Each
+    distinct (key, value) pair is decoded once into one read-only record, each distinct
+    value once (``decode_record(values=...)``), and the ``group_metadata`` columns that
+    depend on the record alone are built once per distinct pair and spread over the rows
+    with one Arrow take (group-heavy history: ~60% of the rows are distinct pairs)."""
+    at_pair: dict[tuple[bytes, bytes | None], int] = {}
     keys: dict[bytes, Any] = {}
-    recs = []
+    values: dict[tuple[int, bytes], Any] = {}
+    uniq: list[DecodedRecord] = []
+    rows = []
     for pair in zip(sub.column("key").to_pylist(), sub.column("value").to_pylist(), strict=True):
-        rec = memo.get(pair)
-        if rec is None:
-            rec = memo[pair] = decode_record(pair[0], pair[1], keys=keys)
-        recs.append(rec)
-    d_type = [r.record_type for r in recs]
-    d_status = [r.decode_status for r in recs]
-    d_error = [r.decode_error for r in recs]
-    kept = [i for i, s in enumerate(d_status) if s in (OK, TOMBSTONE)]
-    if not kept:
+        i = at_pair.get(pair)
+        if i is None:
+            i = at_pair[pair] = len(uniq)
+            uniq.append(decode_record(pair[0], pair[1], keys=keys, values=values))
+        rows.append(i)
+    at = np.array(rows, dtype=np.int64)
+    take = pa.array(at)
+    d_type = pa.array([r.record_type for r in uniq], pa.int16()).take(take)
+    d_status = pa.array([r.decode_status for r in uniq], pa.string()).take(take)
+    d_error = pa.array([r.decode_error for r in uniq], pa.string()).take(take)
+    usable = np.array([r.decode_status in (OK, TOMBSTONE) for r in uniq], dtype=bool)
+    kept = np.flatnonzero(usable[at])
+    if not len(kept):
         return d_type, d_status, d_error
-    if len(kept) < len(recs):
-        sub, recs = sub.take(pa.array(kept, pa.int64())), [recs[i] for i in kept]
+    if len(kept) < len(at):
+        sub, at = sub.take(pa.array(kept)), at[kept]
+    group_ids = [r.group_id if ok else None for r, ok in zip(uniq, usable, strict=True)]
+    subkeys = [_subkey(r.key) if ok else "" for r, ok in zip(uniq, usable, strict=True)]
     cluster = sub.column("cluster_id").to_pylist()
     part = sub.column("offsets_partition").to_pylist()
     offset = sub.column("offset").to_pylist()
     stamp = micros_of(sub.column("timestamp")).to_pylist()
-    group_ids = [r.group_id for r in recs]
-    subkeys = [_subkey(r.key) for r in recs]
     group_records.extend(
-        GroupRecord(c, g, LatestRecord(r.record_type, k, r.value is None, r.value, p, o, t,
-                                       r.value_version))
-        for c, g, k, r, p, o, t in zip(cluster, group_ids, subkeys, recs, part, offset, stamp,
-                                       strict=True))
-    group_rows.append(_group_metadata_table(recs, group_ids, subkeys, sub, ingested_at))
+        GroupRecord(c, group_ids[i], LatestRecord(r.record_type, subkeys[i], r.value is None, r.value,
+                                                  p, o, t, r.value_version))
+        for c, i, r, p, o, t in zip(cluster, at.tolist(), (uniq[i] for i in at.tolist()), part, offset,
+                                    stamp, strict=True))
+    group_rows.append(_group_metadata_table(uniq, group_ids, subkeys, at, sub, ingested_at))
     return d_type, d_status, d_error
 
 
@@ -282,49 +291,52 @@ def _group_fields(recs: list[DecodedRecord]) -> dict[str, list]:
     return columns
 
 
-def _group_metadata_table(recs: list[DecodedRecord], group_ids: list[str], subkeys: list[str],
-                          raw: pa.Table, ingested_at: datetime) -> pa.Table:
-    """The ``group_metadata`` rows of decoded group records, built column by column: the
-    decoded columns converted by Arrow as ``Table.from_pylist`` would, the position and time
-    columns cast from ``raw`` (the records' raw rows, in the same order)."""
-    n = len(recs)
+def _group_metadata_table(uniq: list[DecodedRecord], group_ids: list[str | None], subkeys: list[str],
+                          at: np.ndarray, raw: pa.Table, ingested_at: datetime) -> pa.Table:
+    """The ``group_metadata`` rows of decoded group records: row ``j`` is record
+    ``uniq[at[j]]`` at raw row ``j``. The decoded columns are converted by Arrow (as
+    ``Table.from_pylist`` would) once per distinct record and taken for every row; the
+    position and time columns are cast from ``raw``."""
+    n = len(at)
     stamp_type = pa.timestamp("us", tz="UTC")
+    decoded = {
+        "group_id": group_ids,
+        "record_type": [r.record_type for r in uniq],
+        "record_type_name": [r.type_name for r in uniq],
+        "member_id": [s or None for s in subkeys],
+        "is_tombstone": [r.value is None for r in uniq],
+        "value_version": [r.value_version for r in uniq],
+        **_group_fields(uniq),
+        "value_json": _value_json(uniq),
+        "decode_status": [r.decode_status for r in uniq],
+    }
+    take = pa.array(at)
     columns = {
         "cluster_id": raw.column("cluster_id"),
         "offsets_partition": raw.column("offsets_partition"),
         "offset": raw.column("offset"),
         "record_timestamp": raw.column("timestamp"),
         "ingested_at": pa.array([ingested_at], stamp_type).take(pa.array(np.zeros(n, np.int64))),
-        "group_id": group_ids,
-        "record_type": [r.record_type for r in recs],
-        "record_type_name": [r.type_name for r in recs],
-        "member_id": [s or None for s in subkeys],
-        "is_tombstone": [r.value is None for r in recs],
-        "value_version": [r.value_version for r in recs],
-        **_group_fields(recs),
-        "value_json": _value_json(recs),
-        "decode_status": [r.decode_status for r in recs],
     }
     schema = contract("group_metadata").arrow_schema
-    return pa.table([_column(columns[f.name], f.type) for f in schema], schema=schema)
+    return pa.table([columns[f.name].cast(f.type) if f.name in columns
+                     else pa.array(decoded[f.name], f.type).take(take) for f in schema], schema=schema)
 
 
 def _value_json(recs: list[DecodedRecord]) -> list[str | None]:
-    """Each record's value as JSON, written once per distinct (shared) record."""
-    texts: dict[int, str | None] = {}
+    """Each record's value as JSON, written once per distinct (shared) value."""
+    texts: dict[int, str] = {}
     out = []
     for r in recs:
-        text = texts.get(id(r), texts)
-        if text is texts:
-            text = texts[id(r)] = None if r.value is None else dumps(r.value)
+        v = r.value
+        if v is None:
+            out.append(None)
+            continue
+        text = texts.get(id(v))
+        if text is None:
+            text = texts[id(v)] = dumps(v)
         out.append(text)
     return out
-
-
-def _column(values: list | pa.ChunkedArray, arrow_type: pa.DataType) -> pa.Array | pa.ChunkedArray:
-    if isinstance(values, list):
-        return pa.array(values, type=arrow_type)
-    return values.cast(arrow_type)
 
 
 def _classic_member(m: dict) -> dict:
