@@ -180,6 +180,28 @@ def test_statuses_for_bad_input() -> None:
     assert decode_record(key + b"\x00", None).decode_status == PARSE_ERROR
 
 
+def test_value_memo_shares_values_across_keys_and_keeps_each_records_key() -> None:
+    """``decode_record(values=...)`` decodes a value's bytes once per record type and
+    shares the result; every record keeps its own key, type and status, errors included."""
+    epoch = encode_value(3, 0, {"epoch": 7})
+    bad = b"\x00\x00\x01"  # a ConsumerGroupMetadata v0 value cut short
+    keys = [encode_key(3, {"group_id": g}) for g in ("a", "b")]
+    # the same bytes under another record type are another value
+    other = encode_key(6, {"group_id": "a"})
+    values: dict = {}
+    for key in keys:
+        for value in (epoch, bad, None):
+            memo = decode_record(key, value, values=values)
+            plain = decode_record(key, value)
+            assert memo == plain
+    assert decode_record(keys[0], epoch, values=values).value is decode_record(
+        keys[1], epoch, values=values).value
+    assert decode_record(other, epoch, values=values) == decode_record(other, epoch)
+    broken = decode_record(keys[0], bad, values=values)
+    assert broken.decode_status != OK and broken.decode_error and broken.value is None
+    assert set(values) == {(3, epoch), (3, bad), (6, epoch)}
+
+
 def test_removed_and_unknown_types_are_reported_with_their_number() -> None:
     rec = decode_record(b"\x00\x18" + encode_key(3, {"group_id": "g"})[2:], b"\x00\x00\x00")
     assert (rec.decode_status, rec.record_type) == (UNKNOWN_TYPE, 24)
