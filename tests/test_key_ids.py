@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines.state.attribution import key_ids
 
@@ -51,8 +52,8 @@ def test_many_keys_do_not_overflow() -> None:
 
 
 def test_picked_ownership_columns_equal_a_plain_take() -> None:
-    """The attribution's owner columns (dictionaries over the ownership rows picked) read as
-    the rows a plain take of the ownership table gives, nulls included."""
+    """The attribution's owner columns (dictionaries of the distinct values of the ownership
+    rows picked) read as the rows a plain take of the ownership table gives, nulls included."""
     from pipelines.state.attribution import _Picked
 
     rng = np.random.default_rng(11)
@@ -69,3 +70,6 @@ def test_picked_ownership_columns_equal_a_plain_take() -> None:
         expected = table.take(pa.array(rows, mask=~where))
         assert got["member_id"].cast(pa.string()).to_pylist() == expected.column("member_id").to_pylist()
         assert got["generation"].to_pylist() == expected.column("generation").to_pylist()
+        # each value once in the dictionary (Parquet writes it as it is), no null among them
+        dictionary = got["member_id"].dictionary
+        assert len(dictionary) == len(pc.unique(dictionary)) and dictionary.null_count == 0
