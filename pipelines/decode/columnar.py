@@ -550,16 +550,14 @@ def _scatter(arr: pa.Array, rows: np.ndarray, items: list[Any]) -> pa.Array:
 
 def _fallback_rows(k: _Binary, v: _Binary, rows: np.ndarray) -> list[dict[str, Any]]:
     """The per-row codec over ``rows`` (as bytes cut from the same buffers); a key's bytes
-    are decoded once (a group's keys repeat: one per member and record type), and so are a
-    value's of one type (epochs, assignments and member metadata recur), classic
+    are decoded once (a group's keys repeat: one per member and record type), classic
     members' blobs not at all (a row keeps no value field of a group record)."""
     kd, vd = k.data, v.data
     out = []
     keys: dict[bytes, Any] = {}
-    values: dict[tuple[int, bytes], Any] = {}
     for i in rows.tolist():
         key = kd[k.start[i]:k.end[i]].tobytes() if k.valid[i] else None
         value = vd[v.start[i]:v.end[i]].tobytes() if v.valid[i] else None
-        out.append(row_from_record(decode_record(key, value, keys=keys, embedded=False, values=values),
+        out.append(row_from_record(decode_record(key, value, keys=keys, embedded=False),
                                    value_is_null=value is None))
     return out

@@ -97,12 +97,10 @@ def _slow_lines(raw: pa.RecordBatch, rows: np.ndarray, stamps: pa.Array,
     sub = raw.drop_columns(["timestamp"]).take(take).to_pylist()
     out = []
     keys: dict[bytes, Any] = {}  # a group's keys repeat: one per member and record type
-    values: dict[tuple[int, bytes], Any] = {}  # and values without a group id recur
     for row, ts in zip(sub, stamps.take(take).to_pylist(), strict=True):
         if ts is None:
             ts = lookup(row) if lookup is not None else -1
-        decoded = decode_record(row["key"], row["value"], bool(row["is_control"]), keys=keys,
-                                values=values)
+        decoded = decode_record(row["key"], row["value"], bool(row["is_control"]), keys=keys)
         statuses[decoded.decode_status] += 1
         out.append(record_line(row, ts, decoded))
     return out
