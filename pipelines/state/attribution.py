@@ -5,7 +5,6 @@ instead. Vectorized: keys become integers, (key, position) one sortable int64.""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 
 import numpy as np
@@ -40,7 +39,7 @@ REASONS = {
 }
 
 
-_TOPIC_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")  # a Kafka topic id as the decoder writes it
+_TOPIC_ID = r"^[A-Za-z0-9_-]{22}$"  # a Kafka topic id as the decoder writes it (base64url)
 
 
 def generation_rows(engine: DeltaEngine, commits: pa.Table) -> pa.Table:
@@ -142,11 +141,11 @@ def attribute(commits: pa.Table, gens: pa.Table, now: datetime) -> pa.Table:
     active = (started - ended) > 0
     codes = np.where(owner, 0, np.where(active, np.where(has_row, 1, 2), np.where(started > 0, 3, 4)))
     # an id-named KIP-848 row may be this very partition: not "unassigned" until the name is known
-    unresolved = {g for g, t, k in zip(g_grp.tolist(), gens.column("topic").to_pylist(),
-                                       gens.column("group_type").to_pylist(), strict=True)
-                  if k != "classic" and _TOPIC_ID.match(t or "")}
-    if unresolved:
-        codes = np.where((codes == 2) & np.isin(c_grp, np.fromiter(unresolved, np.int64)), 5, codes)
+    id_named = pc.fill_null(pc.and_(pc.not_equal(gens.column("group_type"), "classic"),
+                                    pc.match_substring_regex(gens.column("topic"), _TOPIC_ID)), False)
+    unresolved = np.unique(g_grp[id_named.to_numpy()]) if len(g_grp) else g_grp
+    if len(unresolved):
+        codes = np.where((codes == 2) & np.isin(c_grp, unresolved), 5, codes)
     names = ["owner", "zombie", "unassigned", "group_empty", "no_membership", "topic_unresolved"]
     status = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int8)), pa.array(names))
     reason = pa.DictionaryArray.from_arrays(
