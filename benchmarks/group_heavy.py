@@ -52,6 +52,17 @@ records/s). End to end, the driver is now the critical path (``--breakdown`` of
 real_workload.py's instrumentation on this history: 21.9 s of the run on the driver
 committing, 17.6 s in the executors' decode jobs beside it). The machine was busy for
 50.6 core-seconds of a 31.9 s ingest (1.6 of the 2 cores on average).
+
+Measured (2026-11-28, ``--repeat 1 --baseline`` = c7de654), after group records' values
+were decoded once per distinct value, group_metadata's decoded columns built once per
+distinct record, LatestRecord made a named tuple and the audit's owner dictionaries
+deduplicated: decode path 10.43 -> 8.45 s CPU (196k -> 241k records/s); no Spark 23.03 ->
+21.58 s CPU; ``offsetlake ingest`` 30.13 -> 27.10 s wall (67.8k -> 75.3k records/s), machine
+CPU 50.7 -> 45.1 s. Then, with the attribution's id-named-topic check vectorized too, on a
+faster hour, ``offsetlake ingest`` alternated with c7de654 (fresh process, fresh lake):
+25.5/24.5 -> 22.8/22.5 s wall (80k -> 90k records/s), 43.3/40.8 -> 38.0/37.1 core-seconds.
+Still short of the goal: after the first batch, the driver's commits are the critical path
+(the ownership replay ~2.1 s CPU and its Arrow table ~0.8 s, the merges, the audit).
 """
 
 from __future__ import annotations
