@@ -179,11 +179,12 @@ def attribute(commits: pa.Table, gens: pa.Table, now: datetime) -> pa.Table:
 
 class _Picked:
     """The ownership rows ``rows[i]`` where ``where[i]`` holds (else null), column by column.
-    Strings as dictionary arrays over the rows picked at least once: a batch's million
-    commits are owned by a few hundred members, and copying their ids, clients and hosts
-    into every row cost a third of the attribution (the writer stores dictionaries as they
-    are; readers see plain strings). Only the picked rows are taken from the ownership table,
-    which on a group-heavy history holds every member epoch of the committing groups."""
+    Strings as dictionary arrays of the distinct values of the rows picked at least once: a
+    batch's million commits are owned by a few hundred members, and copying their ids,
+    clients and hosts into every row cost a third of the attribution (the writer stores
+    dictionaries as they are; readers see plain strings). Only the picked rows are taken
+    from the ownership table, which on a group-heavy history holds every member epoch of the
+    committing groups."""
 
     def __init__(self, rows: np.ndarray, where: np.ndarray) -> None:
         picked = pa.array(rows[where])
