@@ -195,10 +195,11 @@ def _decode_group_rows(sub: pa.Table, ingested_at: datetime, group_rows: list[pa
     part = sub.column("offsets_partition").to_pylist()
     offset = sub.column("offset").to_pylist()
     stamp = micros_of(sub.column("timestamp")).to_pylist()
+    picked = at.tolist()
     group_records.extend(
         GroupRecord(c, group_ids[i], LatestRecord(r.record_type, subkeys[i], r.value is None, r.value,
                                                   p, o, t, r.value_version))
-        for c, i, r, p, o, t in zip(cluster, at.tolist(), (uniq[i] for i in at.tolist()), part, offset,
+        for c, i, r, p, o, t in zip(cluster, picked, map(uniq.__getitem__, picked), part, offset,
                                     stamp, strict=True))
     group_rows.append(_group_metadata_table(uniq, group_ids, subkeys, at, sub, ingested_at))
     return d_type, d_status, d_error
