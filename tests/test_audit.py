@@ -187,6 +187,36 @@ def test_sequence_kinds_on_any_split(tmp_path: Path) -> None:
         assert attribution == {"no_membership"}  # no group ever had a member here
 
 
+def test_flagged_commits_carry_their_own_attribution() -> None:
+    """The rows of an anomaly carry its commit's own attribution row, with offset tombstones
+    (which have none) interleaved before it: the attribution holds one row per live commit,
+    in order, and a commit's row there is its rank among them. A misaligned one is refused."""
+    from datetime import datetime, timezone
+
+    from pipelines.state.anomalies import sequence_anomalies
+
+    # (group, committed offset or None for a tombstone): rewinds at positions 2 and 8
+    plan = [("g", 10), ("h", 4), ("g", 8), ("g", None), ("h", None), ("h", 1), ("g", 7), ("h", 9), ("h", 2)]
+    commits = pa.table({
+        "cluster_id": ["c"] * len(plan), "group_id": [g for g, _ in plan], "topic": ["t"] * len(plan),
+        "partition": pa.array([0] * len(plan), pa.int32()),
+        "committed_offset": pa.array([o for _, o in plan], pa.int64()),
+        "leader_epoch": pa.array([None] * len(plan), pa.int32()),
+        "commit_timestamp": pa.array([None] * len(plan), pa.timestamp("us", tz="UTC")),
+        "is_tombstone": [o is None for _, o in plan],
+        "offsets_partition": pa.array([0] * len(plan), pa.int32()),
+        "offset": pa.array(range(len(plan)), pa.int64()),
+        "record_timestamp": pa.array([None] * len(plan), pa.timestamp("us", tz="UTC"))})
+    live = [i for i, (_, o) in enumerate(plan) if o is not None]
+    attribution = pa.table({"attribution": [f"a{i}" for i in live], "member_id": [f"m{i}" for i in live]})
+    now = datetime(2026, 11, 28, tzinfo=timezone.utc)
+    found, _ = sequence_anomalies(commits, [], [], attribution, now)
+    assert sorted((a["offset"], a["attribution"], a["member_id"]) for a in found) == [
+        (2, "a2", "m2"), (8, "a8", "m8")]  # position 5 follows h's tombstone: nothing to compare
+    with pytest.raises(ValueError, match="attribution rows"):
+        sequence_anomalies(commits, [], [], attribution.slice(1), now)
+
+
 # ------------------------------------------------------------------ the real corpus
 
 

@@ -56,10 +56,12 @@ BOUNDS = {"cluster_id": pa.string(), "snapshot_id": pa.string(), "captured_at": 
           "log_start_offset": pa.int64()}
 
 
-def _who(rows: pa.Table) -> tuple[pa.Array, pa.Array]:
-    """A stand-in attribution that names each flagged row by its position."""
-    offsets = rows.column("offset").to_pylist()
-    return pa.array([f"a{o}" for o in offsets]), pa.array([f"m{o}" for o in offsets])
+def _who(flagged: pa.Table, numbers) -> tuple[list[str], list[str]]:
+    """A stand-in attribution that names each flagged row by its position (a row's position
+    is its number in the case's rows, which the lookup is handed beside the rows)."""
+    offsets = flagged.column("offset").to_pylist()
+    assert list(numbers) == offsets
+    return [f"a{o}" for o in offsets], [f"m{o}" for o in offsets]
 
 
 @pytest.mark.parametrize("snapshot", [False, True], ids=["ingest", "snapshot"])

@@ -295,14 +295,15 @@ def snapshot_anomalies(engine: DeltaEngine, cluster_id: str, snapshot_id: str,
         return 0
     current = engine.read("committed_offsets", None, KeyFilter.of(("cluster_id",), {(cluster_id,)}))
 
-    def attributed(rows: pa.Table) -> tuple[pa.Array, pa.Array]:
+    def attributed(rows: pa.Table, _numbers) -> tuple[list[Any], list[Any]]:
         """The flagged offsets' attribution, read at their positions only."""
         if not engine.exists(ATTRIBUTION):
-            return pa.nulls(rows.num_rows, pa.string()), pa.nulls(rows.num_rows, pa.string())
+            return [None] * rows.num_rows, [None] * rows.num_rows
         cols = ["cluster_id", "offsets_partition", "offset"]
         at = engine.read(ATTRIBUTION, [*cols, "attribution", "member_id"],
                          KeyFilter.of(cols, zip(*(rows.column(c).to_pylist() for c in cols), strict=True)))
-        return attribution_at(at, rows)
+        who, member = attribution_at(at, rows)
+        return who.to_pylist(), member.to_pylist()
 
     # the current offsets were committed before this snapshot: both checks apply to them
     out = bound_anomalies(current, bounds, None, now, "snapshot", attributed)
