@@ -242,8 +242,9 @@ def index_ahead(cfg: IngestConfig) -> threading.Thread | None:
     """Index the segment files into the checkpoint's index cache on a background thread.
 
     Meant to run while the Spark session starts (seconds in which the driver only waits for
-    its JVM): the streaming source's planner then reads the cache instead of indexing every
-    file itself, on the critical path of the query's start. The cache's entries are written
+    its JVM): the streaming source's planner then loads each partition's finished index
+    from the cache instead of indexing every file itself, on the critical path of the
+    query's start. The cache's entries are written
     whole or not at all (:class:`SegmentIndexCache`), and whatever this thread did not reach
     the source indexes itself, so its outcome changes no result. The checkpoint is claimed
     first: one made for another source is refused here, before Spark starts.
@@ -255,13 +256,12 @@ def index_ahead(cfg: IngestConfig) -> threading.Thread | None:
 
     def index() -> None:
         from pipelines.sources.segments.files import find_segments
-        from pipelines.sources.segments.index import SegmentIndexCache
+        from pipelines.sources.segments.index import SegmentIndexCache, index_partition
 
         try:
             cache = SegmentIndexCache(checkpoint / "segment_index")
             for plog in find_segments(os.path.abspath(cfg.path)):
-                for segment in plog.segments:
-                    cache.rows(segment)
+                index_partition(plog, cache=cache)
         except Exception as exc:  # the source indexes what is missing (and reports problems)
             log.debug("indexing ahead stopped: %s", exc)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -12,7 +13,7 @@ from pipelines.demo import generate_cluster
 from pipelines.ingest import IngestConfig, index_ahead
 from pipelines.source_identity import CheckpointMismatch
 from pipelines.sources.segments.files import find_segments
-from pipelines.sources.segments.index import SegmentIndexCache
+from pipelines.sources.segments.index import SegmentIndexCache, index_partition
 
 
 def test_the_cache_holds_what_the_source_indexes_itself(tmp_path: Path) -> None:
@@ -32,6 +33,16 @@ def test_the_cache_holds_what_the_source_indexes_itself(tmp_path: Path) -> None:
         assert ahead.rows(seg).equals(expected)
         assert ahead.problems(seg) == own.problems(seg)
     assert all(pq.read_metadata(p).num_rows > 0 for p in cached)
+    # and each partition's finished index, as the source would build it
+    plogs = find_segments(str(data))
+    assert len(list((cfg.checkpoint_dir / "segment_index").glob("partition-*.arrow"))) == len(plogs)
+    for plog in plogs:
+        expected = index_partition(plog)
+        stored = ahead.partition(plog, expected.signature)
+        assert stored is not None and len(stored.offsets) > 0
+        for name in ("offsets", "aborted", "run_row", "run_file", "run_pos"):
+            assert np.array_equal(getattr(stored, name), getattr(expected, name)), name
+        assert (stored.last_stable_offset, stored.files) == (expected.last_stable_offset, expected.files)
 
 
 def test_a_checkpoint_of_another_source_is_refused_before_spark(tmp_path: Path) -> None:

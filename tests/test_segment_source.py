@@ -184,21 +184,29 @@ def test_index_cache_gives_the_same_index_and_reads_no_log_twice(rolled_demo: Pa
     fresh = [index_partition(p) for p in plogs]
     first = [index_partition(p, cache=cache) for p in plogs]
     assert len(list((tmp_path / "cache").glob("*.parquet"))) == sum(len(p.segments) for p in plogs)
+    assert len(list((tmp_path / "cache").glob("partition-*.arrow"))) == len(plogs)
 
     def no_log_reads(segment):
         raise AssertionError(f"{segment.path} read again")
 
     monkeypatch.setattr(segment_index, "_index_rows", no_log_reads)
-    again = [index_partition(p, cache=cache) for p in plogs]
-    for a, b, c in zip(fresh, first, again, strict=True):
+    again = [index_partition(p, cache=cache) for p in plogs]  # the partitions' entries
+    monkeypatch.setattr(cache, "partition", lambda plog, signature: None)
+    folded = [index_partition(p, cache=cache) for p in plogs]  # the segments' entries, folded again
+    assert any(len(a.aborted) for a in fresh) and any(len(a.offsets) for a in fresh)
+    for a, b, c, d in zip(fresh, first, again, folded, strict=True):
         for name in ("offsets", "aborted", "run_row", "run_file", "run_pos"):
-            assert np.array_equal(getattr(a, name), getattr(b, name)), name
-            assert np.array_equal(getattr(a, name), getattr(c, name)), name
-        assert (a.last_stable_offset, a.files) == (c.last_stable_offset, c.files)
+            for other in (b, c, d):
+                assert np.array_equal(getattr(a, name), getattr(other, name)), name
+                assert getattr(other, name).dtype == np.int64, name
+        for other in (b, c, d):
+            assert (a.last_stable_offset, a.files, a.signature) == \
+                (other.last_stable_offset, other.files, other.signature)
 
-    cache.keep(plogs[0].segments)  # the other partitions' files are gone
+    cache.keep(plogs[0])  # the other partitions' files are gone
     cache.prune()
     assert len(list((tmp_path / "cache").glob("*.parquet"))) == len(plogs[0].segments)
+    assert len(list((tmp_path / "cache").glob("partition-*.arrow"))) == 1
 
 
 def test_spark_planner_processes_unpickle_the_source_without_the_reader(tmp_path: Path) -> None:

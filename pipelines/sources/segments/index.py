@@ -127,10 +127,17 @@ def _offsets_between(table: pa.Table, start: int, end: int) -> pa.Table:
 
 
 class SegmentIndexCache:
-    """Index rows of segment files kept on disk between runs, one small parquet file each.
+    """Index rows of segment files kept on disk between runs, one small parquet file each,
+    and each partition directory's finished :class:`PartitionIndex` beside them.
 
     A segment file never changes once rolled, so a rerun (the next Airflow run) re-reads only
-    new or grown files; the rest of its planning reads these instead of the logs.
+    new or grown files; the rest of its planning reads these instead of the logs. The
+    partition entry is what the planning of a run whose files did not change since the
+    index was built reads: the driver indexes ahead while the JVM starts
+    (:func:`pipelines.ingest.index_ahead`), and the streaming source's process, which
+    starts later, loads the result instead of folding every segment's rows again (10M
+    records in 10 partitions: 0.66 s of the first batch's planning, 2 s beside the Python
+    workers starting).
     """
 
     def __init__(self, directory: str | Path) -> None:
@@ -142,8 +149,54 @@ class SegmentIndexCache:
         ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()
         return self.directory / f"{hashlib.sha1(ident).hexdigest()}.parquet"
 
-    def keep(self, segments: list) -> None:
-        self.used.update(self._entry(seg.path).name for seg in segments)
+    def _partition_entry(self, plog: PartitionLog, signature: tuple) -> Path:
+        ident = f"{plog.directory.resolve()}|{signature!r}".encode()
+        return self.directory / f"partition-{hashlib.sha1(ident).hexdigest()}.arrow"
+
+    def keep(self, plog: PartitionLog) -> None:
+        """Keep this partition's entries at the next :meth:`prune`."""
+        self.used.update(self._entry(seg.path).name for seg in plog.segments)
+        self.used.add(self._partition_entry(plog, _signature(plog)).name)
+
+    def partition(self, plog: PartitionLog, signature: tuple) -> PartitionIndex | None:
+        """The partition's index as stored for exactly these files, or None."""
+        entry = self._partition_entry(plog, signature)
+        try:
+            with pa.memory_map(str(entry)) as source:
+                table = pa.ipc.open_file(source).read_all()
+        except FileNotFoundError:
+            return None
+        if table.column("signature")[0].as_py() != repr(signature):
+            return None
+
+        def ints(name: str) -> np.ndarray:
+            return table.column(name).combine_chunks().flatten().to_numpy().astype(np.int64)
+
+        starts, lengths = ints("offset_starts"), ints("offset_lengths")
+        offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+        return PartitionIndex(offsets, table.column("last_stable_offset")[0].as_py(), signature,
+                              ints("aborted"), tuple(table.column("files")[0].as_py()),
+                              np.cumsum(ints("run_row_steps")), ints("run_file"), ints("run_pos"))
+
+    def keep_partition(self, plog: PartitionLog, index: PartitionIndex) -> None:
+        """Store the partition's index (whole or not at all); its offsets as runs of
+        consecutive offsets, the batches' first rows as steps (zstd does the rest)."""
+        entry = self._partition_entry(plog, index.signature)
+        offsets = index.offsets.astype(np.int64)
+        cuts = np.flatnonzero(np.diff(offsets) != 1) + 1
+        firsts = np.r_[0, cuts] if len(offsets) else cuts
+        row = {"signature": repr(index.signature), "last_stable_offset": index.last_stable_offset,
+               "offset_starts": offsets[firsts], "offset_lengths": np.diff(np.r_[firsts, len(offsets)]),
+               "aborted": index.aborted, "files": list(index.files),
+               "run_row_steps": np.diff(index.run_row, prepend=0), "run_file": index.run_file,
+               "run_pos": index.run_pos}
+        table = pa.table({k: [v] for k, v in row.items()}, schema=_PARTITION_ENTRY)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        partial = entry.with_suffix(f".{os.getpid()}.tmp")
+        with pa.OSFile(str(partial), "wb") as sink, pa.ipc.new_file(
+                sink, _PARTITION_ENTRY, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+            writer.write_table(table)
+        os.replace(partial, entry)
 
     def rows(self, segment) -> pa.Table:
         entry = self._entry(segment.path)
@@ -174,12 +227,23 @@ class SegmentIndexCache:
         return [Problem(*p) for p in json.loads(sidecar.read_text())]
 
     def prune(self) -> None:
-        """Forget files no longer kept in any partition (deleted by retention, compacted)."""
+        """Forget files no longer kept in any partition (deleted by retention, compacted) and
+        partition indexes of files that changed since (a grown active segment)."""
         for entry in self.directory.glob("*.parquet"):
             if entry.name not in self.used:
                 entry.unlink(missing_ok=True)
                 entry.with_suffix(".problems.json").unlink(missing_ok=True)
+        for entry in self.directory.glob("partition-*.arrow"):
+            if entry.name not in self.used:
+                entry.unlink(missing_ok=True)
         self.used = set()
+
+
+_INTS = pa.list_(pa.int64())
+_PARTITION_ENTRY = pa.schema([
+    ("signature", pa.string()), ("last_stable_offset", pa.int64()), ("offset_starts", _INTS),
+    ("offset_lengths", _INTS), ("aborted", _INTS), ("files", pa.list_(pa.string())),
+    ("run_row_steps", _INTS), ("run_file", _INTS), ("run_pos", _INTS)])
 
 
 def _index_rows(segment, problems: list[Problem] | None = None) -> pa.Table:
@@ -206,6 +270,8 @@ def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None,
     sig = _signature(plog)
     if cached is not None and cached.signature == sig:
         return cached
+    if cache is not None and (stored := cache.partition(plog, sig)) is not None:
+        return stored
     per_file = [cache.rows(seg) if cache else _index_rows(seg) for seg in plog.segments]
     rows = pa.concat_tables([
         t.set_column(t.schema.get_field_index("source_file"), "source_file",
@@ -231,8 +297,11 @@ def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None,
     starts = np.ones(len(offsets), dtype=bool)
     starts[1:] = (file_of[1:] != file_of[:-1]) | (pos[1:] != pos[:-1])
     run_row = np.flatnonzero(starts)
-    return PartitionIndex(offsets, last_stable, sig, aborted, files, run_row,
-                          file_of[run_row].astype(np.int64), pos[run_row].astype(np.int64))
+    index = PartitionIndex(offsets, last_stable, sig, aborted, files, run_row,
+                           file_of[run_row].astype(np.int64), pos[run_row].astype(np.int64))
+    if cache is not None:
+        cache.keep_partition(plog, index)
+    return index
 
 
 def plan_end_offsets(

@@ -135,7 +135,7 @@ class SegmentPlanner:
             self._logs[key] = plog
             self._indexes[key] = ix.index_partition(plog, self._indexes.get(key), self._cache)
             if self._cache:
-                self._cache.keep(plog.segments)
+                self._cache.keep(plog)
         if self._cache:
             self._cache.prune()
         return self._indexes
