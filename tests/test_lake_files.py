@@ -183,6 +183,14 @@ def test_appended_dictionary_columns_are_stored_as_plain_strings(tmp_path: Path,
     (path,) = table.file_uris()
     assert pq.read_table(path).column("group_id").type == pa.string()
     assert pq.read_table(path).to_pylist() == data.to_pylist()
+    # Parquet's own bounds: none for the dictionaries (their values interleave: a row group's
+    # bounds skip nothing), every other column's as usual; plain strings keep theirs
+    group = pq.read_metadata(path).row_group(0)
+    stated = {group.column(i).path_in_schema: group.column(i).is_stats_set for i in range(group.num_columns)}
+    strings = {f.name for f in spec.arrow_schema if pa.types.is_string(f.type)}
+    assert strings and {c for c, yes in stated.items() if not yes} == strings
+    plain = pq.read_metadata(tmp_path / "loose" / write_data_file(tmp_path / "loose", data).path).row_group(0)
+    assert all(plain.column(i).is_stats_set for i in range(plain.num_columns))
 
 
 def test_conform_keeps_only_dictionaries_without_null_values() -> None:

@@ -45,6 +45,7 @@ def write_data_file(table_dir: str | Path | LakeLocation, data: pa.Table) -> Dat
     string columns (:func:`dictionary_columns`); a column that is an Arrow dictionary of
     strings is written as its dictionary and indices (no string copied per row) and read
     back as plain strings, like every other file of the table (no Arrow schema stored).
+    Parquet statistics for every column but those (:func:`statistics_columns`).
     """
     where = lake_location(table_dir)
     fs = where.filesystem()
@@ -55,6 +56,7 @@ def write_data_file(table_dir: str | Path | LakeLocation, data: pa.Table) -> Dat
     with fs.open_output_stream(path) as out:
         pq.write_table(data, out, compression="zstd", compression_level=1,
                        use_dictionary=dictionary_columns(data.schema),
+                       write_statistics=statistics_columns(data.schema),
                        store_schema=not any(pa.types.is_dictionary(f.type) for f in data.schema))
         size = out.tell()
     return DataFile(name, size, time.time_ns() // 1_000_000, file_stats(data), data.num_rows)
@@ -66,6 +68,16 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     costs time and space for them (history files: 25% slower, 30% larger; 1M
     ``commit_attribution`` rows through delta-rs: 180 vs 240 ms, 3.3 vs 4.3 MB)."""
     return [f.name for f in schema if pa.types.is_string(_value_type(f.type))]
+
+
+def statistics_columns(schema: pa.Schema) -> list[str]:
+    """The columns whose Parquet pages and row groups state their minimum and maximum: all
+    but the Arrow dictionaries (``commit_attribution``'s owners, clients, hosts, reasons).
+    Their values interleave all through a file, so a row group's bounds would span nearly
+    every value and skip nothing, and the writer spent a fifth of the file's time on them
+    (7.8M rows: 1.69 -> 1.38 s). The Delta log states their bounds per file all the same
+    (:func:`file_stats`), which is what Delta readers skip files by."""
+    return [f.name for f in schema if not pa.types.is_dictionary(f.type)]
 
 
 def _value_type(kind: pa.DataType) -> pa.DataType:
