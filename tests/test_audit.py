@@ -217,6 +217,53 @@ def test_flagged_commits_carry_their_own_attribution() -> None:
         sequence_anomalies(commits, [], [], attribution.slice(1), now)
 
 
+def test_attribute_names_the_owner_or_the_reason_of_each_commit() -> None:
+    """Each attribution outcome on hand-built ownership rows (classic and KIP-848), the
+    expected values written out: an owner, a zombie (its last owner named), an unassigned
+    partition, an empty group, no membership, and a topic still named by its id."""
+    from datetime import datetime, timezone
+
+    from pipelines.state.attribution import attribute
+
+    topic_id = "AAAAAAAAAAAAAAAAAAAAAA"  # 22 base64url characters, as the decoder writes an id
+    gens = [  # group, type, generation, member, topic, partition, from, to
+        ("g1", "classic", 1, "m1", "t", 0, 10, 20), ("g1", "classic", 1, "m2", "t", 1, 10, None),
+        ("g2", "classic", 3, "m3", "t", 0, 10, 20),
+        ("g4", "consumer", 7, "m4", topic_id, 0, 10, None),
+    ]
+    gens = pa.table({
+        "cluster_id": ["c"] * len(gens), "group_id": [g[0] for g in gens], "group_type": [g[1] for g in gens],
+        "generation": pa.array([g[2] for g in gens], pa.int32()), "member_id": [g[3] for g in gens],
+        "group_instance_id": pa.array([None] * len(gens), pa.string()),
+        "client_id": [f"client-{g[3]}" for g in gens], "client_host": [f"/10.0.0.{i}" for i in range(len(gens))],
+        "topic": [g[4] for g in gens], "partition": pa.array([g[5] for g in gens], pa.int32()),
+        "valid_from_offset": pa.array([g[6] for g in gens], pa.int64()),
+        "valid_to_offset": pa.array([g[7] for g in gens], pa.int64())})
+    commits = [("g1", "t", 0, 15), ("g1", "t", 0, 25), ("g1", "t", 5, 25), ("g2", "t", 0, 30),
+               ("g3", "t", 0, 30), ("g4", "orders", 0, 30), ("g1", "t", 1, 5)]
+    ts = pa.timestamp("us", tz="UTC")
+    commits = pa.table({
+        "cluster_id": ["c"] * len(commits), "group_id": [c[0] for c in commits], "topic": [c[1] for c in commits],
+        "partition": pa.array([c[2] for c in commits], pa.int32()),
+        "committed_offset": pa.array([100] * len(commits), pa.int64()),
+        "leader_epoch": pa.array([None] * len(commits), pa.int32()),
+        "commit_timestamp": pa.array([None] * len(commits), ts),
+        "offsets_partition": pa.array([0] * len(commits), pa.int32()),
+        "offset": pa.array([c[3] for c in commits], pa.int64()), "record_timestamp": pa.array([None] * len(commits), ts)})
+    got = attribute(commits, gens, datetime(2026, 11, 28, tzinfo=timezone.utc)).to_pylist()
+    assert [(r["attribution"], r["member_id"], r["client_id"], r["generation"], r["last_owner_member_id"],
+             r["last_owner_lost_at_offset"]) for r in got] == [
+        ("owner", "m1", "client-m1", 1, None, None),
+        ("zombie", None, None, None, "m1", 20),  # m2 still active: the partition's owner left
+        ("unassigned", None, None, None, None, None),
+        ("group_empty", None, None, None, "m3", 20),
+        ("no_membership", None, None, None, None, None),
+        ("topic_unresolved", None, None, None, None, None),
+        ("no_membership", None, None, None, None, None),  # before the group's first generation
+    ]
+    assert [r["reason"] is None for r in got] == [True] + [False] * 6
+
+
 # ------------------------------------------------------------------ the real corpus
 
 

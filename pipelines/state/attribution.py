@@ -132,25 +132,29 @@ def attribute(commits: pa.Table, gens: pa.Table, now: datetime) -> pa.Table:
     r_ = np.maximum(row, 0)
     owner = has_row & (~closed[r_] | (end[r_] > x)) if len(start) else np.zeros(n, bool)
 
-    # members active in the group at x: rows started at or before x minus rows ended by then
-    starts = np.sort(g_grp * POSITION_SHIFT + start)
-    ends = np.sort((g_grp * POSITION_SHIFT + end)[closed])
-    base = c_grp * POSITION_SHIFT
-    started = np.searchsorted(starts, base + x, side="right") - np.searchsorted(starts, base, side="left")
-    ended = np.searchsorted(ends, base + x, side="right") - np.searchsorted(ends, base, side="left")
-    active = (started - ended) > 0
-    codes = np.where(owner, 0, np.where(active, np.where(has_row, 1, 2), np.where(started > 0, 3, 4)))
-    # an id-named KIP-848 row may be this very partition: not "unassigned" until the name is known
-    id_named = pc.fill_null(pc.and_(pc.not_equal(gens.column("group_type"), "classic"),
-                                    pc.match_substring_regex(gens.column("topic"), _TOPIC_ID)), False)
-    unresolved = np.unique(g_grp[id_named.to_numpy()]) if len(g_grp) else g_grp
-    if len(unresolved):
-        codes = np.where((codes == 2) & np.isin(c_grp, unresolved), 5, codes)
+    # the commits without an owner (few, usually): members active in the group at x are the
+    # rows started at or before x minus the rows ended by then
+    codes = np.zeros(n, np.int8)
+    rest = np.flatnonzero(~owner)
+    if len(rest):
+        starts = np.sort(g_grp * POSITION_SHIFT + start)
+        ends = np.sort((g_grp * POSITION_SHIFT + end)[closed])
+        base, at = c_grp[rest] * POSITION_SHIFT, x[rest]
+        started = np.searchsorted(starts, base + at, side="right") - np.searchsorted(starts, base, side="left")
+        ended = np.searchsorted(ends, base + at, side="right") - np.searchsorted(ends, base, side="left")
+        active = (started - ended) > 0
+        why = np.where(active, np.where(has_row[rest], 1, 2), np.where(started > 0, 3, 4))
+        # an id-named KIP-848 row may be this very partition: not "unassigned" until the name is known
+        id_named = pc.fill_null(pc.and_(pc.not_equal(gens.column("group_type"), "classic"),
+                                        pc.match_substring_regex(gens.column("topic"), _TOPIC_ID)), False)
+        unresolved = np.unique(g_grp[id_named.to_numpy()]) if len(g_grp) else g_grp
+        if len(unresolved):
+            why = np.where((why == 2) & np.isin(c_grp[rest], unresolved), 5, why)
+        codes[rest] = why
     names = ["owner", "zombie", "unassigned", "group_empty", "no_membership", "topic_unresolved"]
-    status = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int8)), pa.array(names))
+    status = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names))
     reason = pa.DictionaryArray.from_arrays(
-        pa.array(codes.astype(np.int8), mask=codes == 0),
-        pa.array([""] + [REASONS[k] for k in names[1:]]))
+        pa.array(codes, mask=codes == 0), pa.array([""] + [REASONS[k] for k in names[1:]]))
 
     owner_cols = ["group_type", "generation", "member_id", "group_instance_id", "client_id",
                   "client_host", "valid_from_offset"]
@@ -189,9 +193,13 @@ class _Picked:
     def __init__(self, rows: np.ndarray, where: np.ndarray) -> None:
         picked = pa.array(rows[where])
         self.used = pc.unique(picked)
-        self.index = np.zeros(len(rows), np.int32)
-        self.index[where] = pc.index_in(picked, value_set=self.used).to_numpy()
-        self.where = where
+        # per row, its picked row's place in ``used``, or one past the end (a null) where
+        # ``where`` does not hold: each column is then one take of its few picked values
+        # plus a null, with no per-row mask built per column (7.8M commits, 11 columns:
+        # 0.97 -> 0.35 s)
+        slot = np.full(len(rows), len(self.used), np.int32)
+        slot[where] = pc.index_in(picked, value_set=self.used).to_numpy()
+        self.slot = pa.array(slot)
 
     def columns(self, table: pa.Table, names: list[str]) -> dict[str, pa.Array]:
         return {name: self._column(table.column(name)) for name in names}
@@ -199,19 +207,13 @@ class _Picked:
     def _column(self, column: pa.ChunkedArray) -> pa.Array:
         values = column.take(self.used).combine_chunks()
         if not pa.types.is_string(values.type):
-            valid = self.where & values.is_valid().to_numpy(zero_copy_only=False)[self.index] if len(values) \
-                else self.where
-            return values.take(pa.array(self.index, mask=~valid))
+            return pa.concat_arrays([values, pa.nulls(1, values.type)]).take(self.slot)
         # each distinct string once in the dictionary (no null among its values): an owner's
         # id recurs in every ownership row it holds, and Parquet writes an Arrow dictionary
         # as it is (1.7M commits, member_id: 0.082 -> 0.029 s to write, 247 -> 50 kB)
         encoded = pc.dictionary_encode(values)
-        if len(values):
-            index = encoded.indices.fill_null(-1).to_numpy()[self.index]
-            valid = self.where & (index >= 0)
-        else:
-            index, valid = self.index, self.where
-        return pa.DictionaryArray.from_arrays(pa.array(index, pa.int32(), mask=~valid), encoded.dictionary)
+        codes = pa.concat_arrays([encoded.indices, pa.nulls(1, encoded.indices.type)])
+        return pa.DictionaryArray.from_arrays(codes.take(self.slot), encoded.dictionary)
 
 
 def attribution_at(attribution: pa.Table, rows: pa.Table) -> tuple[pa.Array, pa.Array]:
