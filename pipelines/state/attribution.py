@@ -85,10 +85,13 @@ def _codes(parts: list[pa.ChunkedArray | pa.Array]) -> tuple[np.ndarray, int]:
     """Dictionary codes of one key column across tables (integers as int64, anything else as
     strings, nulls as one more value) and the number of distinct values."""
     target = pa.int64() if all(pa.types.is_integer(p.type) for p in parts) else pa.string()
-    chunks = [c for p in parts for c in (p.chunks if isinstance(p, pa.ChunkedArray) else [p])]
-    column = pa.chunked_array([pc.cast(c, target) for c in chunks], target).combine_chunks()
-    encoded = pc.dictionary_encode(column, null_encoding="encode")
-    return encoded.indices.to_numpy().astype(np.int64), max(1, len(encoded.dictionary))
+    chunks = [pc.cast(c, target) for p in parts for c in (p.chunks if isinstance(p, pa.ChunkedArray) else [p])]
+    # chunk by chunk, one dictionary for all (the strings are never copied into one array)
+    encoded = pc.dictionary_encode(pa.chunked_array(chunks, target), null_encoding="encode").chunks
+    if not encoded:
+        return np.zeros(0, np.int64), 1
+    codes = np.concatenate([c.indices.to_numpy() for c in encoded]).astype(np.int64)
+    return codes, max(1, *(len(c.dictionary) for c in encoded))
 
 
 def _renumber(values: np.ndarray) -> np.ndarray:
