@@ -69,16 +69,18 @@ class LiveAttribution:
     every lookup (7.8M commits: 0.94 s of the batch's 3.9 s of sequence checks)."""
 
     def __init__(self, attribution: pa.Table, commits: pa.Table) -> None:
-        live = pc.fill_null(pc.equal(commits.column("is_tombstone"), False), False)
-        live = live.to_numpy(zero_copy_only=False)
-        if int(live.sum()) != attribution.num_rows:
-            raise ValueError(f"{attribution.num_rows} attribution rows for {int(live.sum())} live commits")
-        self.attribution, self.row = attribution, np.cumsum(live) - 1
+        self.live = pc.fill_null(pc.equal(commits.column("is_tombstone"), False), False)
+        count = pc.sum(self.live).as_py() or 0
+        if count != attribution.num_rows:
+            raise ValueError(f"{attribution.num_rows} attribution rows for {count} live commits")
+        self.attribution, self.row = attribution, None
 
     def at(self, rows: np.ndarray) -> tuple[list[Any], list[Any]]:
         """(attribution, member_id) of the commits at ``rows`` (live ones) of the batch."""
         if not len(rows):
             return [], []
+        if self.row is None:  # ranked on the first lookup (most batches flag nothing)
+            self.row = np.cumsum(self.live.to_numpy(zero_copy_only=False)) - 1
         where = pa.array(self.row[rows])
         return (self.attribution.column("attribution").take(where).to_pylist(),
                 self.attribution.column("member_id").take(where).to_pylist())
@@ -125,22 +127,23 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
         after_tomb = np.r_[False, tomb[:-1]]
         has_prev = ~first & ~after_tomb
         prev = np.r_[-1, off[:-1]]
-        # the last epoch >= 0 before each row, not crossing a tombstone or a key change
-        seg = np.cumsum(first | after_tomb)
-        known = np.where((epoch >= 0) & ~tomb, epoch, -1).astype(float)
-        known[known < 0] = np.nan
-        import pandas as pd
-
-        filled = pd.Series(known).groupby(seg).ffill().to_numpy()
+        # the last epoch >= 0 up to each row, not crossing a tombstone or a key change: a
+        # forward fill by running maxima of row numbers (the last known row so far, the
+        # start of the row's run), not a grouped fill (7.8M commits: 0.65 -> 0.1 s)
+        boundary = first | after_tomb
+        numbers = np.arange(len(k))
+        last_known = np.maximum.accumulate(np.where((epoch >= 0) & ~tomb, numbers, -1))
+        run_start = np.maximum.accumulate(np.where(boundary, numbers, 0))
+        filled = np.where(last_known >= run_start, epoch[np.maximum(last_known, 0)], np.nan)
         prev_epoch = np.r_[np.nan, filled[:-1]]
-        prev_epoch[first | after_tomb] = np.nan
+        prev_epoch[boundary] = np.nan
         live = real_o & ~tomb
         rewind = live & has_prev & (off < prev)
         regress = live & (epoch >= 0) & ~np.isnan(prev_epoch) & (epoch < np.nan_to_num(prev_epoch, nan=-1))
         flagged = rewind | regress
         if flagged.any():
             idx = order[flagged]
-            full = commits.take(pa.array(idx - len(prior)))
+            full = _rows_at(commits, idx - len(prior))
             who, member = attributed.at(idx - len(prior))
             for at, c, w, m in zip(np.flatnonzero(flagged).tolist(), full.to_pylist(), who, member, strict=True):
                 c.update(attribution=w, member_id=m)
@@ -225,6 +228,14 @@ def _after_deletion(commits: pa.Table, events: list[tuple[str, str, Any]], curso
                            "group_deleted_at": st["deleted_at"], "offsets_deleted": st["offsets_deleted"],
                            "updated_at": now})
     return out
+
+
+def _rows_at(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``table``'s rows at ``rows``: a few are sliced out (a take first joins the chunks of
+    every column: 0.1 s for 4 of a batch's 7.8M commits), many taken."""
+    if len(rows) > 256:
+        return table.take(pa.array(rows))
+    return pa.concat_tables([table.slice(int(i), 1) for i in rows]) if len(rows) else table.slice(0, 0)
 
 
 def _last_is_tombstone(commits: pa.Table) -> dict[tuple[str, str], bool]:
