@@ -348,14 +348,15 @@ class _Rows:
     values_extra: list[bytes | None] = field(default_factory=list)
 
 
-def _vector_rows(g: _Group, row_start: np.ndarray, nrows: int) -> _Rows:
-    """The vector path's records scattered to their rows (exact rows left for _exact_rows)."""
+def _vector_rows(g: _Group, row_start: np.ndarray, nrows: int, offsets_only: bool = False) -> _Rows:
+    """The vector path's records scattered to their rows (exact rows left for _exact_rows);
+    ``offsets_only``: their offsets alone (what an index keeps of them)."""
     offset = np.empty(nrows, dtype=np.int64)
     timestamp = np.empty(nrows, dtype=np.int64)
     control = np.full(nrows, -1, dtype=np.int32)
     rounds, hdr = g.rounds, g.hdr
+    none = np.zeros(0, dtype=np.int64)
     if not rounds.batch:
-        none = np.zeros(0, dtype=np.int64)
         return _Rows(offset, timestamp, none, none, none, none, none, control)
     cand = np.concatenate(rounds.batch)
     keep = g.ok[cand]
@@ -366,6 +367,8 @@ def _vector_rows(g: _Group, row_start: np.ndarray, nrows: int) -> _Rows:
 
     rows = row_start[g.fast_ord[cand]] + cat(rounds.k)
     offset[rows] = hdr["base"][cand] + cat(rounds.off_delta)
+    if offsets_only:
+        return _Rows(offset, timestamp, none, none, none, none, none, control)
     timestamp[rows] = np.where(
         hdr["attrs"][cand] & ATTR_TIMESTAMP_TYPE,
         hdr["max_ts"][cand],
@@ -476,7 +479,7 @@ def build_group(
     _batch_columns(g, b)
     row_batch = np.repeat(np.arange(g.nb, dtype=np.int64), b.counts)
     row_start = b.ends - b.counts
-    r = _vector_rows(g, row_start, nrows)
+    r = _vector_rows(g, row_start, nrows, offsets_only=index_only)
     _exact_rows(g, b, row_start, r)
     if index_only:
         return _index_batch(g, b, r, row_batch), b.ends
