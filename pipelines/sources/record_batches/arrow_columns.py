@@ -99,6 +99,17 @@ def binary_ranges(
 
 
 def coded_strings(values: list[str], codes: np.ndarray) -> pa.Array:
-    """String column from per-row codes into ``values`` (code -1 = null)."""
+    """String column from per-row codes into ``values`` (code -1 = null).
+
+    One value for every row (a group's cluster id, most groups' compression and source
+    file) is laid out directly: its bytes repeated, offsets a multiplication, where a take
+    spent ~60 ns per row (a 7.2M-record partition: 1.3 s for the three columns)."""
+    n = len(codes)
+    if n and codes[0] >= 0 and bool(np.all(codes == codes[0])):
+        value = values[int(codes[0])].encode("utf-8")
+        if n * len(value) < (1 << 31) - 1:
+            offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(value))
+            return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
+                                                           pa.py_buffer(value * n)])
     table = bytes_array([v.encode("utf-8") for v in values], pa.string())
     return table.take(numpy_to_arrow(codes, codes < 0))
