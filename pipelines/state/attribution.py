@@ -135,25 +135,10 @@ def attribute(commits: pa.Table, gens: pa.Table, now: datetime) -> pa.Table:
     r_ = np.maximum(row, 0)
     owner = has_row & (~closed[r_] | (end[r_] > x)) if len(start) else np.zeros(n, bool)
 
-    # the commits without an owner (few, usually): members active in the group at x are the
-    # rows started at or before x minus the rows ended by then
     codes = np.zeros(n, np.int8)
-    rest = np.flatnonzero(~owner)
+    rest = np.flatnonzero(~owner)  # the commits without an owner (few, usually)
     if len(rest):
-        starts = np.sort(g_grp * POSITION_SHIFT + start)
-        ends = np.sort((g_grp * POSITION_SHIFT + end)[closed])
-        base, at = c_grp[rest] * POSITION_SHIFT, x[rest]
-        started = np.searchsorted(starts, base + at, side="right") - np.searchsorted(starts, base, side="left")
-        ended = np.searchsorted(ends, base + at, side="right") - np.searchsorted(ends, base, side="left")
-        active = (started - ended) > 0
-        why = np.where(active, np.where(has_row[rest], 1, 2), np.where(started > 0, 3, 4))
-        # an id-named KIP-848 row may be this very partition: not "unassigned" until the name is known
-        id_named = pc.fill_null(pc.and_(pc.not_equal(gens.column("group_type"), "classic"),
-                                        pc.match_substring_regex(gens.column("topic"), _TOPIC_ID)), False)
-        unresolved = np.unique(g_grp[id_named.to_numpy()]) if len(g_grp) else g_grp
-        if len(unresolved):
-            why = np.where((why == 2) & np.isin(c_grp[rest], unresolved), 5, why)
-        codes[rest] = why
+        codes[rest] = _reasons(gens, c_grp[rest], g_grp, x[rest], has_row[rest], start, end, closed)
     names = ["owner", "zombie", "unassigned", "group_empty", "no_membership", "topic_unresolved"]
     status = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names))
     reason = pa.DictionaryArray.from_arrays(
@@ -182,6 +167,27 @@ def attribute(commits: pa.Table, gens: pa.Table, now: datetime) -> pa.Table:
         "updated_at": pa.array(np.full(n, np.datetime64(now.replace(tzinfo=None), "us")), TS),
     })
     return spec.conform(table, keep_dictionaries=True)
+
+
+def _reasons(gens: pa.Table, c_grp: np.ndarray, g_grp: np.ndarray, x: np.ndarray, has_row: np.ndarray,
+             start: np.ndarray, end: np.ndarray, closed: np.ndarray) -> np.ndarray:
+    """Why commits of groups ``c_grp`` at positions ``x`` have no owner (codes 1-5 of
+    :func:`attribute`): members active in the group at x are the ownership rows started at
+    or before x minus the rows ended by then."""
+    starts = np.sort(g_grp * POSITION_SHIFT + start)
+    ends = np.sort((g_grp * POSITION_SHIFT + end)[closed])
+    base = c_grp * POSITION_SHIFT
+    started = np.searchsorted(starts, base + x, side="right") - np.searchsorted(starts, base, side="left")
+    ended = np.searchsorted(ends, base + x, side="right") - np.searchsorted(ends, base, side="left")
+    active = (started - ended) > 0
+    why = np.where(active, np.where(has_row, 1, 2), np.where(started > 0, 3, 4))
+    # an id-named KIP-848 row may be this very partition: not "unassigned" until the name is known
+    id_named = pc.fill_null(pc.and_(pc.not_equal(gens.column("group_type"), "classic"),
+                                    pc.match_substring_regex(gens.column("topic"), _TOPIC_ID)), False)
+    unresolved = np.unique(g_grp[id_named.to_numpy()]) if len(g_grp) else g_grp
+    if len(unresolved):
+        why = np.where((why == 2) & np.isin(c_grp, unresolved), 5, why)
+    return why
 
 
 class _Picked:
