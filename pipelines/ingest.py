@@ -244,10 +244,10 @@ def index_ahead(cfg: IngestConfig) -> threading.Thread | None:
     Meant to run while the Spark session starts (seconds in which the driver only waits for
     its JVM): the streaming source's planner then loads each partition's finished index
     from the cache instead of indexing every file itself, on the critical path of the
-    query's start. The cache's entries are written
-    whole or not at all (:class:`SegmentIndexCache`), and whatever this thread did not reach
-    the source indexes itself, so its outcome changes no result. The checkpoint is claimed
-    first: one made for another source is refused here, before Spark starts.
+    query's start. The cache's entries are written whole or not at all
+    (:class:`SegmentIndexCache`), and whatever this thread did not reach the source indexes
+    itself, so its outcome changes no result. The checkpoint is claimed first: one made for
+    another source is refused here, before Spark starts.
     """
     if cfg.source != "segments" or not cfg.path:
         return None
