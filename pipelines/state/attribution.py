@@ -205,7 +205,7 @@ class _Picked:
         # per row, its picked row's place in ``used``, or one past the end (a null) where
         # ``where`` does not hold: each column is then one take of its few picked values
         # plus a null, with no per-row mask built per column (7.8M commits, 11 columns:
-        # 0.97 -> 0.35 s)
+        # 0.97 -> 0.54 s)
         slot = np.full(len(rows), len(self.used), np.int32)
         slot[where] = pc.index_in(picked, value_set=self.used).to_numpy()
         self.slot = pa.array(slot)
