@@ -129,7 +129,8 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
         prev = np.r_[-1, off[:-1]]
         # the last epoch >= 0 up to each row, not crossing a tombstone or a key change: a
         # forward fill by running maxima of row numbers (the last known row so far, the
-        # start of the row's run), not a grouped fill (7.8M commits: 0.65 -> 0.1 s)
+        # start of the row's run), not a pandas grouped fill (a 7.8M-commit batch's sequence
+        # checks: 2.17 -> 2.02 s)
         boundary = first | after_tomb
         numbers = np.arange(len(k))
         last_known = np.maximum.accumulate(np.where((epoch >= 0) & ~tomb, numbers, -1))

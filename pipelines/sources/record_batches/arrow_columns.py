@@ -102,8 +102,8 @@ def coded_strings(values: list[str], codes: np.ndarray) -> pa.Array:
     """String column from per-row codes into ``values`` (code -1 = null).
 
     One value for every row (a group's cluster id, most groups' compression and source
-    file) is laid out directly: its bytes repeated, offsets a multiplication, where a take
-    spent ~60 ns per row (a 7.2M-record partition: 1.3 s for the three columns)."""
+    file) is laid out directly: its bytes repeated, offsets a multiplication, not a take per
+    row (a 7.2M-record partition's read: 3.56 -> 3.02 s)."""
     n = len(codes)
     if n and codes[0] >= 0 and bool(np.all(codes == codes[0])):
         value = values[int(codes[0])].encode("utf-8")
