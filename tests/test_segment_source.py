@@ -203,6 +203,16 @@ def test_index_cache_gives_the_same_index_and_reads_no_log_twice(rolled_demo: Pa
             assert (a.last_stable_offset, a.files, a.signature) == \
                 (other.last_stable_offset, other.files, other.signature)
 
+    # a damaged partition entry is built again from the segments' rows, not a failed plan
+    damaged = next((tmp_path / "cache").glob("partition-*.arrow"))
+    damaged.write_bytes(b"not an Arrow file")
+    monkeypatch.undo()
+    rebuilt = [index_partition(p, cache=cache) for p in plogs]
+    for a, b in zip(fresh, rebuilt, strict=True):
+        assert np.array_equal(a.offsets, b.offsets) and np.array_equal(a.run_pos, b.run_pos)
+    assert all(segment_index.SegmentIndexCache(tmp_path / "cache").partition(p, a.signature) is not None
+               for p, a in zip(plogs, fresh, strict=True))  # and stored whole again
+
     cache.keep(plogs[0])  # the other partitions' files are gone
     cache.prune()
     assert len(list((tmp_path / "cache").glob("*.parquet"))) == len(plogs[0].segments)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass, field
@@ -35,6 +36,8 @@ from pipelines.sources.record_batches.arrow_reader import (
 from pipelines.sources.record_batches.problems import Problem
 from pipelines.sources.record_batches.transactions import fold_arrow, unique_offsets
 from pipelines.sources.segments.files import PartitionLog, find_segments
+
+log = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------- pure helpers
 
@@ -166,7 +169,10 @@ class SegmentIndexCache:
                 table = pa.ipc.open_file(source).read_all()
         except FileNotFoundError:
             return None
-        if table.column("signature")[0].as_py() != repr(signature):
+        except (pa.ArrowException, OSError) as exc:  # damaged: built again from the segments' rows
+            log.warning("segment index cache: %s unreadable (%s); indexing the partition again", entry, exc)
+            return None
+        if table.schema != _PARTITION_ENTRY or table.column("signature")[0].as_py() != repr(signature):
             return None
 
         def ints(name: str) -> np.ndarray:
