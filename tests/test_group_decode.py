@@ -217,3 +217,25 @@ def test_only_classic_group_metadata_has_the_classic_columns() -> None:
         else:
             assert not names & set(CLASSIC_ONLY), fmt.name
         assert len(names & set(epochs)) <= 1, fmt.name
+
+
+def test_kept_rows_equal_a_filter_whatever_the_runs() -> None:
+    """``offset_commits`` drops a batch's group records by slicing out the runs of offset
+    commits between them, or by a filter when they are many: the same rows either way,
+    across chunk boundaries, at either end and with nothing or everything kept."""
+    import numpy as np
+
+    from pipelines.history.tables import _kept_rows
+
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 7, 1000):
+        half = n // 2
+        table = pa.table({"offset": pa.chunked_array([pa.array(range(half), pa.int64()),
+                                                      pa.array(range(half, n), pa.int64())]),
+                          "group_id": pa.chunked_array([pa.array([f"g{i % 5}" for i in range(n)])])})
+        for dropped in (0.0, 0.003, 0.5, 1.0):
+            keep = pa.chunked_array([pa.array(rng.random(n) >= dropped, pa.bool_())])
+            expected = table.filter(keep)
+            for most_runs in (0, 1, 256):
+                got = _kept_rows(table, keep, most_runs)
+                assert got.schema == expected.schema and got.equals(expected), (n, dropped, most_runs)
