@@ -133,6 +133,21 @@ def log_order(table: pa.Table) -> np.ndarray | None:
     return np.lexsort((offset, part))
 
 
+def kept_rows(table: pa.Table, keep: pa.Array | pa.ChunkedArray, most_runs: int = 256) -> pa.Table:
+    """``table`` without the rows ``keep`` (no nulls) drops. Dropping a few rows of many (a
+    batch's group records among its offset commits, its offset tombstones) keeps a few runs
+    of rows: those are sliced out, no column copied (a filter copied every column: 1.9 s for
+    7.2M commits); rows kept in more than ``most_runs`` runs are filtered."""
+    kept = np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool)
+    edges = np.flatnonzero(np.diff(np.r_[False, kept, False].astype(np.int8)))
+    starts, ends = edges[::2], edges[1::2]
+    if len(starts) > most_runs:
+        return table.filter(keep)
+    if not len(starts):
+        return table.slice(0, 0)
+    return pa.concat_tables([table.slice(int(a), int(b - a)) for a, b in zip(starts, ends, strict=True)])
+
+
 def state_rows(offset_commits: pa.Table) -> pa.Table:
     """The few rows of a batch's offset commits that the state tables can depend on.
 

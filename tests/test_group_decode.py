@@ -225,7 +225,7 @@ def test_kept_rows_equal_a_filter_whatever_the_runs() -> None:
     across chunk boundaries, at either end and with nothing or everything kept."""
     import numpy as np
 
-    from pipelines.history.tables import _kept_rows
+    from pipelines.model import kept_rows
 
     rng = np.random.default_rng(7)
     for n in (0, 1, 7, 1000):
@@ -237,5 +237,5 @@ def test_kept_rows_equal_a_filter_whatever_the_runs() -> None:
             keep = pa.chunked_array([pa.array(rng.random(n) >= dropped, pa.bool_())])
             expected = table.filter(keep)
             for most_runs in (0, 1, 256):
-                got = _kept_rows(table, keep, most_runs)
+                got = kept_rows(table, keep, most_runs)
                 assert got.schema == expected.schema and got.equals(expected), (n, dropped, most_runs)
