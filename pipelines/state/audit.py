@@ -132,7 +132,7 @@ def _dedupe_positions(table: pa.Table) -> pa.Table:
         table, c, p, o = table.take(order), c[order], p[order], o[order]
     keep = np.ones(len(o), bool)
     keep[1:] = (c[1:] != c[:-1]) | (p[1:] != p[:-1]) | (o[1:] != o[:-1])
-    return table if keep.all() else table.filter(pa.array(keep))
+    return table if keep.all() else kept_rows(table, pa.array(keep))
 
 
 def _runs_in_order(table: pa.Table, c: np.ndarray, p: np.ndarray, o: np.ndarray

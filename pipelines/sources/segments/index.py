@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipelines.model import kept_rows
 from pipelines.sources.batching import spread_budget
 from pipelines.sources.raw import INDEX_ARROW_SCHEMA, RAW_ARROW_SCHEMA, SPARK_RAW_SCHEMA
 from pipelines.sources.record_batches.arrow_reader import (
@@ -370,7 +371,7 @@ def read_regions(
                                        pc.add(table.column(where), pa.scalar(begin, pa.int64()))))
     table = _offsets_between(unique_offsets(pa.concat_tables(tables)), start, end)
     if aborted:
-        table = table.filter(pa.array(~np.isin(table.column("offset").to_numpy(), aborted)))
+        table = kept_rows(table, pa.array(~np.isin(table.column("offset").to_numpy(), aborted)))
     for batch in table.to_batches(max_chunksize=rows_per_batch):
         yield batch.cast(SPARK_RAW_SCHEMA)
 
