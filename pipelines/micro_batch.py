@@ -172,8 +172,9 @@ class Handover:
             self.handoff.put(batch)
             batch.wait()
             return
-        now = datetime.now(timezone.utc)
+        now, began = datetime.now(timezone.utc), time.perf_counter()
         cells = part_cells_on_executors(df, batch_id, now, self.engine.location, self._tables_to_write(batch_id))
+        log.debug("batch %d decoded by the executors in %.2fs", batch_id, time.perf_counter() - began)
         pending.keep(self.kept, batch_id, now, cells)
         batch = HandedBatch(batch_id, now=now, cells=cells)
         self.handoff.put(batch)

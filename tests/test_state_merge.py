@@ -38,12 +38,17 @@ class OracleEngine(DeltaRsEngine):
         super().__init__(root)
         self.own_reads = 0
 
-    def read_own_batch(self, table, app_id, version, columns=None, filter_expr=None):
-        own = super().read_own_batch(table, app_id, version, columns, filter_expr)
+    def read_own_batch(self, table, app_id, version, columns=None, filter_expr=None, dictionaries=()):
+        own = super().read_own_batch(table, app_id, version, columns, filter_expr, dictionaries)
         if own is not None:
             self.own_reads += 1
             whole = self.read(table, columns, filter_expr)
             assert own.num_rows > 0
+            for name in dictionaries:  # as asked, with one dictionary for the whole read
+                assert pa.types.is_dictionary(own.schema.field(name).type), name
+                first = own.column(name).chunk(0).dictionary
+                assert all(c.dictionary.equals(first) for c in own.column(name).chunks), name
+            own = own.cast(whole.schema)
             assert own.sort_by(_ORDER).to_pylist() == whole.sort_by(_ORDER).to_pylist()
         return own
 

@@ -55,10 +55,11 @@ class DeltaEngine(Protocol):
     def read(self, table: str, columns: list[str] | None = None, filter_expr=None) -> pa.Table: ...
 
     def read_own_batch(self, table: str, app_id: str, version: int, columns: list[str] | None = None,
-                       filter_expr=None) -> pa.Table | None:
+                       filter_expr=None, dictionaries: tuple[str, ...] = ()) -> pa.Table | None:
         """Rows of batch ``version`` of ``app_id`` in ``table`` read from the data files this
         engine itself committed for it (no scan of the table); None when it did not commit
-        them (a replay after a restart, another engine): the caller reads the table."""
+        them (a replay after a restart, another engine): the caller reads the table.
+        ``dictionaries``: string columns read as Arrow dictionaries (one per table)."""
 
     def overwrite(self, contract: TableContract, data: pa.Table) -> None: ...
 
@@ -203,11 +204,15 @@ class DeltaRsEngine:
         self._own_batch[contract.name] = (app_id, version, tuple(f.path for f in files))
 
     def read_own_batch(self, table: str, app_id: str, version: int, columns: list[str] | None = None,
-                       filter_expr=None) -> pa.Table | None:
+                       filter_expr=None, dictionaries: tuple[str, ...] = ()) -> pa.Table | None:
         """The rows :meth:`commit_files` committed as ``(app_id, version)`` in this process,
         read from those files only: a batch's own history without scanning the whole table
         (whose per-file statistics cannot single it out). None when this engine did not
-        commit the batch, or a file is gone (vacuumed after a rewrite): read the table."""
+        commit the batch, or a file is gone (vacuumed after a rewrite): read the table.
+
+        ``dictionaries`` are read as Parquet stores them, as dictionaries (one for the whole
+        table): a batch's group ids, topics and cluster ids repeat, and a string per row cost
+        most of the read (1M commits: 0.63 -> 0.13 s CPU)."""
         import pyarrow.dataset as ds
 
         from pipelines.lake.contracts import contract
@@ -223,8 +228,14 @@ class DeltaRsEngine:
         fs = self.location.filesystem()
         paths = [self.location.fs_path(self.location.join(table, p)) for p in own[2]]
         try:
-            dataset = ds.dataset(paths, schema=contract(table).arrow_schema, format="parquet", filesystem=fs)
-            return dataset.to_table(columns=columns, filter=filter_expr)
+            schema = contract(table).arrow_schema
+            parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=dictionaries))
+            if dictionaries:
+                schema = pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in dictionaries
+                                    else f for f in schema], metadata=schema.metadata)
+            dataset = ds.dataset(paths, schema=schema, format=parquet, filesystem=fs)
+            rows = dataset.to_table(columns=columns, filter=filter_expr)
+            return rows.unify_dictionaries() if dictionaries else rows
         except (FileNotFoundError, OSError):
             log.info("%s: batch %d of %s no longer in its own files, reading the table", table, version, app_id)
             return None
@@ -385,7 +396,7 @@ class SparkDeltaEngine:
         return True
 
     def read_own_batch(self, table: str, app_id: str, version: int, columns: list[str] | None = None,
-                       filter_expr=None) -> pa.Table | None:
+                       filter_expr=None, dictionaries: tuple[str, ...] = ()) -> pa.Table | None:
         return None  # history is written by the executors' Delta writer: no file list here
 
     def read(self, table: str, columns: list[str] | None = None, filter_expr=None) -> pa.Table:
@@ -485,13 +496,15 @@ def merge_condition(key: tuple[str, ...], keys: KeyFilter) -> str:
 
 
 def read_batch(engine: DeltaEngine, table: str, columns: list[str], where: KeyFilter,
-               app_id: str | None = None, batch_id: int | None = None) -> pa.Table:
+               app_id: str | None = None, batch_id: int | None = None,
+               dictionaries: tuple[str, ...] = ()) -> pa.Table:
     """Rows of ``table`` selected by ``where`` that batch ``batch_id`` of ``app_id`` wrote:
     from the files this engine committed for it when it did (no scan of the table; see
-    :meth:`DeltaEngine.read_own_batch`), else through ``where`` from the whole table."""
+    :meth:`DeltaEngine.read_own_batch`; ``dictionaries`` may then come as dictionaries),
+    else through ``where`` from the whole table."""
     rows = None
     if app_id is not None and batch_id is not None:
-        rows = engine.read_own_batch(table, app_id, batch_id, columns, where)
+        rows = engine.read_own_batch(table, app_id, batch_id, columns, where, dictionaries)
     return engine.read(table, columns, where) if rows is None else rows
 
 

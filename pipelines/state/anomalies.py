@@ -109,8 +109,11 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
         "is_tombstone": pa.array([False] * len(prior), pa.bool_()),
         "offset": pa.array([-1] * len(prior), pa.int64()),
     })
-    body = commits.select(list(seed.column_names)).cast(seed.schema)
-    rows = pa.concat_tables([seed, body])
+    body = commits.select(list(seed.column_names))
+    # as the batch was read: its strings may be dictionaries (taken as they are by key_ids)
+    body = body.cast(pa.schema([f.with_type(b.type) if pa.types.is_dictionary(b.type) else f
+                                for f, b in zip(seed.schema, body.schema, strict=True)]))
+    rows = pa.concat_tables([seed.cast(body.schema), body])
     real = np.r_[np.zeros(len(prior), bool), np.ones(commits.num_rows, bool)]
     out: list[dict[str, Any]] = []
     new_cursor: list[dict[str, Any]] = []
@@ -264,7 +267,7 @@ def _of_groups(table: pa.Table, groups: set[tuple[str, str]]) -> tuple[pa.Table,
     rows = np.arange(table.num_rows)
     if not table.num_rows:
         return table, rows
-    ids = pa.array(sorted({g for _, g in groups}), table.schema.field("group_id").type)
+    ids = pa.array(sorted({g for _, g in groups}), pa.string())  # matches dictionaries too
     narrow = pc.fill_null(pc.is_in(table.column("group_id"), value_set=ids), False)
     table, rows = table.filter(narrow), rows[narrow.to_numpy(zero_copy_only=False)]
     keys = pa.array([f"{c}\x1f{g}" for c, g in groups])

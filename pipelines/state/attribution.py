@@ -84,6 +84,8 @@ def key_ids(*columns: list[pa.ChunkedArray | pa.Array]) -> list[np.ndarray]:
 def _codes(parts: list[pa.ChunkedArray | pa.Array]) -> tuple[np.ndarray, int]:
     """Dictionary codes of one key column across tables (integers as int64, anything else as
     strings, nulls as one more value) and the number of distinct values."""
+    if any(pa.types.is_dictionary(p.type) for p in parts):
+        return _dictionary_codes(parts)
     target = pa.int64() if all(pa.types.is_integer(p.type) for p in parts) else pa.string()
     chunks = [pc.cast(c, target) for p in parts for c in (p.chunks if isinstance(p, pa.ChunkedArray) else [p])]
     # chunk by chunk, one dictionary for all (the strings are never copied into one array)
@@ -92,6 +94,22 @@ def _codes(parts: list[pa.ChunkedArray | pa.Array]) -> tuple[np.ndarray, int]:
         return np.zeros(0, np.int64), 1
     codes = np.concatenate([c.indices.to_numpy() for c in encoded]).astype(np.int64)
     return codes, max(1, *(len(c.dictionary) for c in encoded))
+
+
+def _dictionary_codes(parts: list[pa.ChunkedArray | pa.Array]) -> tuple[np.ndarray, int]:
+    """:func:`_codes` of string columns some of which are dictionaries already (a batch's
+    commits as read back): their dictionaries are unified and their indices taken as they
+    are, with only the plain parts encoded (7.8M commits' group ids were hashed again)."""
+    chunks = [c if pa.types.is_dictionary(c.type) else pc.dictionary_encode(c.cast(pa.string()))
+              for p in parts for c in (p.chunks if isinstance(p, pa.ChunkedArray) else [p])]
+    chunks = [c if c.type.index_type == pa.int32() and c.type.value_type == pa.string()
+              else c.cast(pa.dictionary(pa.int32(), pa.string())) for c in chunks]
+    if not chunks:
+        return np.zeros(0, np.int64), 1
+    unified = pa.chunked_array(chunks).unify_dictionaries().chunks
+    nulls = len(unified[0].dictionary)  # the code of a null key
+    codes = np.concatenate([pc.fill_null(c.indices, nulls).to_numpy() for c in unified]).astype(np.int64)
+    return codes, nulls + 1
 
 
 def _renumber(values: np.ndarray) -> np.ndarray:

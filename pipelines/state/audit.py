@@ -111,7 +111,8 @@ def batch_commits(engine: DeltaEngine, batch: StateInput, app_id: str | None = N
     if ranges is None or ranges.num_rows == 0:
         return contract("offset_commits").arrow_schema.empty_table().select(_COMMIT_COLUMNS)
     where = PositionRanges.of_ranges(ranges)
-    return _dedupe_positions(read_batch(engine, "offset_commits", _COMMIT_COLUMNS, where, app_id, batch_id))
+    return _dedupe_positions(read_batch(engine, "offset_commits", _COMMIT_COLUMNS, where, app_id, batch_id,
+                                        dictionaries=("cluster_id", "group_id", "topic")))
 
 
 def _dedupe_positions(table: pa.Table) -> pa.Table:

@@ -34,10 +34,8 @@ def aggregate(raw: pa.Table, now: datetime) -> pa.Table:
     spec = contract(TABLE)
     if raw.num_rows == 0:
         return spec.arrow_schema.empty_table()
-    raw = raw.select(_RAW_COLUMNS).cast(pa.schema([
-        pa.field("cluster_id", pa.string()), pa.field("offsets_partition", pa.int32()),
-        pa.field("offset", pa.int64()), pa.field("timestamp", pa.timestamp("us", tz="UTC"))]))
-    agg = raw.group_by(_KEY, use_threads=False).aggregate(
+    # grouped as read (a batch's cluster id may be a dictionary), the few sums cast after
+    agg = raw.select(_RAW_COLUMNS).group_by(_KEY, use_threads=False).aggregate(
         [("offset", "max"), ("timestamp", "min"), ("timestamp", "max")])
     return pa.table({
         "cluster_id": agg.column("cluster_id"), "offsets_partition": agg.column("offsets_partition"),
@@ -76,7 +74,7 @@ def record_progress(engine: DeltaEngine, app_id: str, batch_id: int, now: dateti
     if not engine.exists(TABLE):
         build_from_history(engine, now)
     batch = read_batch(engine, "offsets_raw", _RAW_COLUMNS, KeyFilter.of(("ingest_batch_id",), {(batch_id,)}),
-                       app_id, batch_id)
+                       app_id, batch_id, dictionaries=("cluster_id",))
     new = aggregate(batch, now)
     if new.num_rows == 0:
         return 0
