@@ -508,3 +508,21 @@ def test_a_batch_read_back_from_files_in_any_order_comes_in_log_order() -> None:
     assert keys(_dedupe_positions(table(a1, [("a", 0, 9), ("a", 1, 8)], a0))) == [*a0, *a1]  # overlap
     assert keys(_dedupe_positions(table(a1, [("a", 0, 4), ("a", 1, 2)], a0))) == [
         ("a", 0, 3), ("a", 0, 4), ("a", 0, 9), ("a", 1, 2), *a1]  # interleaved: rows sorted
+
+
+@pytest.mark.parametrize("keys", [50, 70_000])  # radix-sorted keys, and keys past 16 bits
+def test_rows_by_key_and_position_equal_a_lexsort(keys: int) -> None:
+    """The sequence checks' row order: as ``np.lexsort((position, key))`` whether each
+    key's positions come in order (a batch in log order) or not (a key spread over
+    partitions), ties kept in row order."""
+    import numpy as np
+
+    from pipelines.state.anomalies import _by_key_and_position
+
+    rng = np.random.default_rng(keys)
+    kid = rng.integers(0, keys, 200_000)
+    in_log_order = np.r_[np.full(1000, -1), np.arange(199_000)]
+    shuffled = rng.integers(-1, 500, 200_000)  # out of order, with ties
+    for pos in (in_log_order, shuffled):
+        assert (_by_key_and_position(kid, pos) == np.lexsort((pos, kid))).all()
+    assert len(_by_key_and_position(kid[:0], in_log_order[:0])) == 0

