@@ -526,3 +526,19 @@ def test_rows_by_key_and_position_equal_a_lexsort(keys: int) -> None:
     for pos in (in_log_order, shuffled):
         assert (_by_key_and_position(kid, pos) == np.lexsort((pos, kid))).all()
     assert len(_by_key_and_position(kid[:0], in_log_order[:0])) == 0
+
+
+def test_is_in_answers_for_dictionary_rows_as_for_their_strings() -> None:
+    """The anomalies' group lookups on a batch read back as dictionaries (each chunk its own
+    dictionary, nulls in the indices) answer as the same strings do, nulls never in."""
+    import pyarrow.compute as pc
+
+    from pipelines.state.anomalies import _is_in
+
+    values = [["g1", None, "g2", "g3"], ["g3", "g4", None, "g1"]]
+    plain = pa.chunked_array([pa.array(v, pa.string()) for v in values])
+    coded = pa.chunked_array([pc.dictionary_encode(pa.array(v, pa.string())) for v in values])
+    wanted = pa.array(["g1", "g3", "absent"])
+    expected = [v in ("g1", "g3") for chunk in values for v in chunk]
+    assert _is_in(plain, wanted).to_pylist() == expected
+    assert _is_in(coded, wanted).to_pylist() == expected

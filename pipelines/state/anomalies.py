@@ -281,8 +281,8 @@ def _of_groups(table: pa.Table, groups: set[tuple[str, str]]) -> tuple[pa.Table,
     rows = np.arange(table.num_rows)
     if not table.num_rows:
         return table, rows
-    ids = pa.array(sorted({g for _, g in groups}), pa.string())  # matches dictionaries too
-    narrow = pc.fill_null(pc.is_in(table.column("group_id"), value_set=ids), False)
+    ids = pa.array(sorted({g for _, g in groups}), pa.string())
+    narrow = _is_in(table.column("group_id"), ids)
     table, rows = table.filter(narrow), rows[narrow.to_numpy(zero_copy_only=False)]
     keys = pa.array([f"{c}\x1f{g}" for c, g in groups])
     joined = pc.binary_join_element_wise(pc.cast(table.column("cluster_id"), pa.string()),
@@ -291,12 +291,21 @@ def _of_groups(table: pa.Table, groups: set[tuple[str, str]]) -> tuple[pa.Table,
     return table.filter(exact), rows[exact.to_numpy(zero_copy_only=False)]
 
 
+def _is_in(column: pa.ChunkedArray, values: pa.Array) -> pa.ChunkedArray:
+    """Per row, whether its value is one of ``values`` (null: no). A dictionary column (a
+    batch's group ids as read back) is looked up in its dictionary, its rows then take the
+    answer: is_in on the rows decoded every one of them (7.8M commits: 0.27 s a lookup)."""
+    if not pa.types.is_dictionary(column.type):
+        return pc.fill_null(pc.is_in(column, value_set=values), False)
+    return pa.chunked_array([pc.fill_null(pc.is_in(c.dictionary, value_set=values).take(c.indices), False)
+                             for c in column.chunks], pa.bool_())
+
+
 def ownership_anomalies(attribution: pa.Table, now: datetime) -> list[dict[str, Any]]:
     """Zombie commits and commits for partitions the group never assigned."""
     if attribution.num_rows == 0:
         return []
-    bad = attribution.filter(pc.is_in(attribution.column("attribution"),
-                                      pa.array(["zombie", "unassigned"])))
+    bad = attribution.filter(_is_in(attribution.column("attribution"), pa.array(["zombie", "unassigned"])))
     out = []
     for c in bad.to_pylist():
         kind = "zombie_commit" if c["attribution"] == "zombie" else "unassigned_partition"

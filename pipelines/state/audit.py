@@ -252,9 +252,13 @@ def revisit_unresolved(engine: DeltaEngine, clusters: set[str], app_id: str, ver
         return {}
     cols = ["cluster_id", "group_id", "topic", "partition", "committed_offset", "leader_epoch",
             "commit_timestamp", "offsets_partition", "offset", "record_timestamp"]
-    # only the columns attribute() reads: this scans the table (files mix every attribution)
-    pending = engine.read(ATTRIBUTION, [*cols, "attribution"],
-                          KeyFilter.of(("cluster_id", "attribution"), {(c, "topic_unresolved") for c in clusters}))
+    # this scans the table (files mix every attribution): the attribution column alone first,
+    # as most scans find nothing to revisit (10M commits: 1.4 s for the 11 columns), then
+    # only the columns attribute() reads
+    unresolved = KeyFilter.of(("cluster_id", "attribution"), {(c, "topic_unresolved") for c in clusters})
+    if engine.read(ATTRIBUTION, ["attribution"], unresolved).num_rows == 0:
+        return {}
+    pending = engine.read(ATTRIBUTION, [*cols, "attribution"], unresolved)
     pending = pending.filter(pc.equal(pending.column("attribution"), "topic_unresolved")).select(cols)
     if pending.num_rows == 0:
         return {}
