@@ -88,14 +88,18 @@ def test_picked_ownership_columns_equal_a_plain_take() -> None:
         "member_id": pa.chunked_array([pa.array([None if i % 7 == 0 else f"m{i % 40}" for i in range(150)]),
                                        pa.array([f"m{i}" for i in range(150)])]),
         "generation": pa.array([None if i % 5 == 0 else i for i in range(n_rows)], pa.int32()),
+        "valid_to_offset": pa.array([None if i % 3 == 0 else i << 33 for i in range(n_rows)], pa.int64()),
     })
     for _ in range(20):
         rows = rng.integers(0, n_rows, size=1000)
         where = rng.random(1000) < rng.random()
-        got = _Picked(rows, where).columns(table, ["member_id", "generation"])
+        got = _Picked(rows, where).columns(table, ["member_id", "generation", "valid_to_offset"])
         expected = table.take(pa.array(rows, mask=~where))
         assert got["member_id"].cast(pa.string()).to_pylist() == expected.column("member_id").to_pylist()
-        assert got["generation"].to_pylist() == expected.column("generation").to_pylist()
+        for name in ("generation", "valid_to_offset"):
+            assert got[name].type == table.schema.field(name).type
+            assert got[name].to_pylist() == expected.column(name).to_pylist()
+            assert got[name].null_count == expected.column(name).null_count
         # each value once in the dictionary (Parquet writes it as it is), no null among them
         dictionary = got["member_id"].dictionary
         assert len(dictionary) == len(pc.unique(dictionary)) and dictionary.null_count == 0
