@@ -98,23 +98,8 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
     it; an offset tombstone forgets the key's previous offset and epoch.
     """
     key_cols = ["cluster_id", "group_id", "topic", "partition"]
-    prior = [r for r in cursor if r["partition"] >= 0 and r["last_offset"] is not None]
-    seed = pa.table({
-        "cluster_id": pa.array([r["cluster_id"] for r in prior], pa.string()),
-        "group_id": pa.array([r["group_id"] for r in prior], pa.string()),
-        "topic": pa.array([r["topic"] for r in prior], pa.string()),
-        "partition": pa.array([r["partition"] for r in prior], pa.int32()),
-        "committed_offset": pa.array([r["last_offset"] for r in prior], pa.int64()),
-        "leader_epoch": pa.array([r["last_leader_epoch"] for r in prior], pa.int32()),
-        "is_tombstone": pa.array([False] * len(prior), pa.bool_()),
-        "offset": pa.array([-1] * len(prior), pa.int64()),
-    })
-    body = commits.select(list(seed.column_names))
-    # as the batch was read: its strings may be dictionaries (taken as they are by key_ids)
-    body = body.cast(pa.schema([f.with_type(b.type) if pa.types.is_dictionary(b.type) else f
-                                for f, b in zip(seed.schema, body.schema, strict=True)]))
-    rows = pa.concat_tables([seed.cast(body.schema), body])
-    real = np.r_[np.zeros(len(prior), bool), np.ones(commits.num_rows, bool)]
+    rows, prior = _after_cursor(cursor, commits)
+    real = np.r_[np.zeros(prior, bool), np.ones(commits.num_rows, bool)]
     out: list[dict[str, Any]] = []
     new_cursor: list[dict[str, Any]] = []
     attributed = LiveAttribution(attribution, commits)
@@ -147,8 +132,8 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
         flagged = rewind | regress
         if flagged.any():
             idx = order[flagged]
-            full = _rows_at(commits, idx - len(prior))
-            who, member = attributed.at(idx - len(prior))
+            full = _rows_at(commits, idx - prior)
+            who, member = attributed.at(idx - prior)
             for at, c, w, m in zip(np.flatnonzero(flagged).tolist(), full.to_pylist(), who, member, strict=True):
                 c.update(attribution=w, member_id=m)
                 ev = {"previous_offset": int(prev[at]) if has_prev[at] else None,
@@ -168,6 +153,27 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
                                "offsets_deleted": None, "updated_at": now})
     out += _after_deletion(commits, events, cursor, attributed, now, new_cursor)
     return out, new_cursor
+
+
+def _after_cursor(cursor: list[dict[str, Any]], commits: pa.Table) -> tuple[pa.Table, int]:
+    """The cursor's last commit per key as rows at position -1, then the batch's commits, in
+    the batch's types (its strings may be dictionaries, which key_ids takes as they are); and
+    how many rows the cursor gave."""
+    prior = [r for r in cursor if r["partition"] >= 0 and r["last_offset"] is not None]
+    seed = pa.table({
+        "cluster_id": pa.array([r["cluster_id"] for r in prior], pa.string()),
+        "group_id": pa.array([r["group_id"] for r in prior], pa.string()),
+        "topic": pa.array([r["topic"] for r in prior], pa.string()),
+        "partition": pa.array([r["partition"] for r in prior], pa.int32()),
+        "committed_offset": pa.array([r["last_offset"] for r in prior], pa.int64()),
+        "leader_epoch": pa.array([r["last_leader_epoch"] for r in prior], pa.int32()),
+        "is_tombstone": pa.array([False] * len(prior), pa.bool_()),
+        "offset": pa.array([-1] * len(prior), pa.int64()),
+    })
+    body = commits.select(list(seed.column_names))
+    body = body.cast(pa.schema([f.with_type(b.type) if pa.types.is_dictionary(b.type) else f
+                                for f, b in zip(seed.schema, body.schema, strict=True)]))
+    return pa.concat_tables([seed.cast(body.schema), body]), len(prior)
 
 
 def _by_key_and_position(kid: np.ndarray, pos: np.ndarray) -> np.ndarray:
