@@ -300,7 +300,7 @@ def _of_groups(table: pa.Table, groups: set[tuple[str, str]]) -> tuple[pa.Table,
 def _is_in(column: pa.ChunkedArray, values: pa.Array) -> pa.ChunkedArray:
     """Per row, whether its value is one of ``values`` (null: no). A dictionary column (a
     batch's group ids as read back) is looked up in its dictionary, its rows then take the
-    answer: is_in on the rows decoded every one of them (7.8M commits: 0.27 s a lookup)."""
+    answer: is_in on the rows decoded every one of them (2M rows: 0.127 -> 0.010 s)."""
     if not pa.types.is_dictionary(column.type):
         return pc.fill_null(pc.is_in(column, value_set=values), False)
     return pa.chunked_array([pc.fill_null(pc.is_in(c.dictionary, value_set=values).take(c.indices), False)
