@@ -12,8 +12,9 @@ import pytest
 # A pytest-xdist worker's __main__ (execnet's) has neither a file nor a spec, which
 # pyspark.sql.connect takes for a doctest run: it exits the process when great_expectations
 # imports it. Named here, the worker's __main__ looks like any script's.
-if getattr(sys.modules["__main__"], "__spec__", None) is None and not hasattr(sys.modules["__main__"], "__file__"):
-    sys.modules["__main__"].__file__ = "<pytest-xdist worker>"
+_main = sys.modules["__main__"]
+if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
+    _main.__file__ = "<pytest-xdist worker>"
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("OFFSETLAKE_SHARED", REPO.parent / "shared"))
