@@ -52,6 +52,15 @@ def _both(open_rows: list[dict], events: list, names: dict, cluster_id: str, now
     return new_rows
 
 
+def _stored(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """What a batch's rows leave in the lake for the next one's replay: the open rows, and
+    the closed KIP-848/streams rows still waiting for their member's metadata."""
+    open_rows = [r for r in rows if r["valid_to"] is None]
+    waiting = [r for r in rows if r["valid_to"] is not None and r["client_id"] is None
+               and r["group_type"] in ("consumer", "streams")]
+    return open_rows, waiting
+
+
 def _carried(events: list) -> tuple[dict, dict]:
     """The members' metadata and the topologies a batch of ``events`` leaves for the next."""
     members, topologies = {}, {}
@@ -71,9 +80,7 @@ def _replay_in_two(events: list, names: dict) -> int:
     events = sorted(events, key=lambda e: (e[1].offsets_partition, e[1].offset))
     half = len(events) // 2
     first = _both([], events[:half], names, "c1", NOW, {}, [], {})
-    open_rows = [r for r in first if r["valid_to"] is None]
-    waiting = [r for r in first if r["valid_to"] is not None and r["client_id"] is None
-               and r["group_type"] in ("consumer", "streams")]
+    open_rows, waiting = _stored(first)
     members, topologies = _carried(events[:half])
     second = _both(open_rows, events[half:], names, "c1", NOW, members, waiting, topologies)
     return len(first) + len(second)
@@ -220,9 +227,9 @@ def test_replay_on_random_records_equals_the_old_one_and_ignores_batch_boundarie
         whole = _both([], events, {"id1": "t1"}, "c1", NOW, {}, [], {})
         half = len(events) // 2
         first = generation_changes(None, events[:half], {"id1": "t1"}, "c1", NOW).to_pylist()
-        waiting = [r for r in first if r["valid_to"] is not None and r["client_id"] is None]
+        open_rows, waiting = _stored(first)
         members, topologies = _carried(events[:half])
-        second = generation_changes(spec.from_rows([r for r in first if r["valid_to"] is None]), events[half:],
-                                    {"id1": "t1"}, "c1", NOW, members, spec.from_rows(waiting), topologies)
+        second = generation_changes(spec.from_rows(open_rows), events[half:], {"id1": "t1"}, "c1", NOW,
+                                    members, spec.from_rows(waiting), topologies)
         lake = {_key(r): r for r in first} | {_key(r): r for r in second.to_pylist()}
         assert sorted(lake.values(), key=_key) == sorted(whole, key=_key), seed
