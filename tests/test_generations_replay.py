@@ -16,7 +16,7 @@ from pipelines.demo import generate_cluster
 from pipelines.history.tables import build_history
 from pipelines.lake.contracts import contract
 from pipelines.sources.record_batches.arrow_reader import read_arrow
-from pipelines.state.generations import generation_changes
+from pipelines.state.generations import STORED_COLUMN, generation_changes
 from tests.conftest import corpus_path
 from tests.support import generations_oracle
 
@@ -33,7 +33,9 @@ def _events(path: Path) -> dict[str, list]:
 
 
 def _key(r: dict) -> tuple:
-    return (r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"], r["group_type"])
+    """A row's identity: one ownership interval (key and start)."""
+    return (r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"], r["group_type"],
+            r["valid_from_offset"])
 
 
 def _both(open_rows: list[dict], events: list, names: dict, cluster_id: str, now: datetime,
@@ -43,13 +45,26 @@ def _both(open_rows: list[dict], events: list, names: dict, cluster_id: str, now
     spec = contract("group_generations")
     new = generation_changes(spec.from_rows(open_rows), events, names, cluster_id, now, members,
                              spec.from_rows(unfilled), topologies)
-    assert new.schema == spec.arrow_schema
+    assert new.drop_columns([STORED_COLUMN]).schema == spec.arrow_schema
+    _check_stored(new, open_rows, unfilled)
+    new = new.drop_columns([STORED_COLUMN])
     old = generations_oracle.generation_changes(open_rows, events, names, cluster_id, now, members,
                                                 unfilled, topologies)
     assert all(set(r) == set(spec.column_names) for r in old)
     new_rows = new.to_pylist()
+    assert all(r["is_open"] == (r["valid_to"] is None) for r in new_rows)
+    assert len({_key(r) for r in new_rows}) == len(new_rows)
     assert sorted(new_rows, key=_key) == sorted(spec.from_rows(old).to_pylist(), key=_key)
     return new_rows
+
+
+def _check_stored(new: pa.Table, open_rows: list[dict], unfilled: list[dict]) -> None:
+    """Each changed row names the partition its stored version is in, the one MERGE reads:
+    the closed one for a stored closed row, the open one for every other row (a stored open
+    row, or a row not stored yet, whose interval nothing in the lake has)."""
+    closed = {_key(r) for r in unfilled if r["valid_to"] is not None} - {_key(r) for r in open_rows}
+    for row, stored in zip(new.to_pylist(), new.column(STORED_COLUMN).to_pylist(), strict=True):
+        assert stored is (_key(row) not in closed), row
 
 
 def _stored(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -213,23 +228,23 @@ def _random_events(rnd: random.Random, n: int) -> list:
 
 
 def test_replay_on_random_records_equals_the_old_one_and_ignores_batch_boundaries() -> None:
-    """Drawn records (seeded), for the rare paths real logs seldom show: replayed whole, row
-    for row as the oracle; cut into two batches, the lake (the first batch's rows upserted by
-    the second's) holds what one batch writes.
+    """Drawn records (seeded), for the rare paths real logs seldom show: replayed whole, and
+    each half of them in turn (the second on what the first leaves in the lake), row for row
+    as the oracle; and the lake (the first batch's rows upserted by the second's) holds what
+    one batch writes.
 
-    Not the oracle on the second batch: where a stored closed row waiting for its member's
-    metadata is opened and closed again under the same generation before the metadata
-    arrives, the oracle fills the stored row last and writes it back over the newer one."""
-    spec = contract("group_generations")
+    A key closed and opened again under the same generation is two rows, one per interval.
+    When the later one overwrote the earlier, a stored closed row waiting for its member's
+    metadata and reopened before the metadata arrived made the oracle depend on the batch
+    boundary (it filled the stored row last and wrote it back over the newer one)."""
     for seed in range(300):
         rnd = random.Random(seed)
         events = _random_events(rnd, rnd.randrange(1, 60))  # in log order
         whole = _both([], events, {"id1": "t1"}, "c1", NOW, {}, [], {})
         half = len(events) // 2
-        first = generation_changes(None, events[:half], {"id1": "t1"}, "c1", NOW).to_pylist()
+        first = generation_changes(None, events[:half], {"id1": "t1"}, "c1", NOW).drop_columns([STORED_COLUMN]).to_pylist()
         open_rows, waiting = _stored(first)
         members, topologies = _carried(events[:half])
-        second = generation_changes(spec.from_rows(open_rows), events[half:], {"id1": "t1"}, "c1", NOW,
-                                    members, spec.from_rows(waiting), topologies)
-        lake = {_key(r): r for r in first} | {_key(r): r for r in second.to_pylist()}
+        second = _both(open_rows, events[half:], {"id1": "t1"}, "c1", NOW, members, waiting, topologies)
+        lake = {_key(r): r for r in first} | {_key(r): r for r in second}
         assert sorted(lake.values(), key=_key) == sorted(whole, key=_key), seed

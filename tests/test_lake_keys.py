@@ -10,7 +10,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from pipelines.lake.engines import changed_keys, idempotent_write_options, merge_condition
+from pipelines.lake.contracts import contract
+from pipelines.lake.engines import (
+    changed_keys,
+    idempotent_write_options,
+    merge_condition,
+    stored_partitions,
+)
 from pipelines.lake.keys import KeyFilter, distinct_keys, sql_literal
 from pipelines.model import OP
 
@@ -30,6 +36,18 @@ def test_null_columns_alias_and_no_keys() -> None:
     f = KeyFilter.of(("cluster_id", "group_id"), {("c", "g")}, ("valid_to",))
     assert f.to_sql(alias="t") == "(t.`cluster_id` = 'c' AND t.`group_id` = 'g') AND t.`valid_to` IS NULL"
     assert KeyFilter.of(("a", "b"), ()).to_sql() == "FALSE"
+
+
+def test_true_columns_select_one_partition_in_both_engines() -> None:
+    """A boolean partition column required true: Spark's SQL and pyarrow's expression read
+    the same rows (and both can prune the other partition's files by it)."""
+    f = KeyFilter.of(("cluster_id", "group_id"), {("c", "g")}, ("valid_to",), ("is_open",))
+    assert f.to_sql(alias="t") == ("(t.`cluster_id` = 'c' AND t.`group_id` = 'g') AND t.`valid_to` IS NULL"
+                                   " AND t.`is_open` = TRUE")
+    rows = pa.table({"cluster_id": ["c", "c", "c"], "group_id": ["g", "g", "h"],
+                     "valid_to": pa.array([None, None, None], pa.int64()), "is_open": [True, False, True]})
+    assert rows.filter(f.to_arrow()).to_pylist() == [{"cluster_id": "c", "group_id": "g", "valid_to": None,
+                                                      "is_open": True}]
 
 
 def test_single_column_keys_and_null_values() -> None:
@@ -100,3 +118,14 @@ def test_merge_condition_of_a_one_column_key_is_the_plain_join() -> None:
 
 def test_idempotent_write_options_are_deltas_names() -> None:
     assert idempotent_write_options("app-1", 12) == {"txnAppId": "app-1", "txnVersion": "12"}
+
+
+def test_a_merge_matches_changed_rows_only_in_the_partition_they_are_stored_in() -> None:
+    """Both engines add the same term to their MERGE condition when a change set names each
+    row's stored partition, and nothing when it does not (every partition is matched)."""
+    spec = contract("group_generations")
+    changes = spec.arrow_schema.empty_table()
+    assert stored_partitions(spec, changes) == ("", [])
+    named = changes.append_column("_stored_is_open", pa.array([], pa.bool_()))
+    assert stored_partitions(spec, named) == (" AND t.is_open = s._stored_is_open", ["_stored_is_open"])
+    assert stored_partitions(contract("committed_offsets"), named) == ("", [])  # not partitioned

@@ -270,6 +270,22 @@ def test_delta_spark_records_the_standard_txn_action(delta_spark: Any, tmp_path:
     assert DeltaTable(str(tmp_path / name)).to_pyarrow_table().num_rows == 1
 
 
+def test_delta_spark_lays_out_an_old_group_generations_once(delta_spark: Any, tmp_path: Path) -> None:
+    """tests/test_generations_layout.py's old lake, through delta-spark: rewritten once,
+    partitioned by ``is_open``, its transaction ids kept; then a MERGE closes the open row."""
+    from tests.test_generations_layout import check_closed, check_laid_out, old_layout
+
+    spec = contract("group_generations")
+    old, closing = old_layout(tmp_path)
+    engine = SparkDeltaEngine(delta_spark, tmp_path)
+    engine.ensure(spec)
+    check_laid_out(tmp_path, old)
+    SparkDeltaEngine(delta_spark, tmp_path).ensure(spec)
+    assert DeltaTable(str(tmp_path / "group_generations")).version() == 1
+    assert engine.merge(spec, closing, "new-app", 0)
+    check_closed(tmp_path)
+
+
 def test_delta_skips_a_replayed_merge_through_the_dml_confs(delta_spark: Any, tmp_path: Path) -> None:
     """Delta itself (not our log check) skips a MERGE whose (app id, version) is recorded."""
     from delta.tables import DeltaTable as SparkTable

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines.model import OP
 from pipelines.shipped_schemas import MissingSchemas, schema_dir, schema_files
@@ -50,6 +52,9 @@ class TableContract:
     description: str
     key: tuple[str, ...]
     columns: tuple[Column, ...]
+    #: Delta partition columns; a change set may name the partition each row is stored in
+    #: now (:func:`stored_column`), and the MERGE then reads only those partitions
+    partition_by: tuple[str, ...] = ()
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -58,6 +63,11 @@ class TableContract:
                       metadata={"comment": c.comment}) for c in self.columns],
             metadata={"description": self.description},
         )
+
+    @property
+    def stored_columns(self) -> dict[str, str]:
+        """Partition column -> the change-set column saying where a changed row is stored."""
+        return {p: stored_column(p) for p in self.partition_by}
 
     @property
     def change_schema(self) -> pa.Schema:
@@ -126,6 +136,7 @@ def load_contracts(directory: Traversable) -> dict[str, TableContract]:
             key=tuple(raw.get("key", ())),
             columns=tuple(Column(c["name"], c["type"], c.get("nullable", True), c.get("comment", ""))
                           for c in raw["columns"]),
+            partition_by=tuple(raw.get("partition_by", ())),
         )
     return out
 
@@ -141,6 +152,31 @@ def contract(name: str) -> TableContract:
         return contracts()[name]
     except KeyError:
         raise MissingSchemas(f"no table contract {name!r} in {schema_dir('tables')}") from None
+
+
+#: Columns added to a table after lakes were written with it, and how an older layout's rows
+#: get them: a Spark SQL expression (delta-spark) and the same in Arrow (delta-rs). So far
+#: ``group_generations.is_open``, its partition column since it was added.
+ADDED_COLUMNS: dict[str, dict[str, tuple[str, Callable[[pa.Table], pa.Array]]]] = {
+    "group_generations": {"is_open": ("valid_to IS NULL", lambda t: pc.is_null(t.column("valid_to")))},
+}
+
+
+def upgraded(contract: TableContract, table: pa.Table) -> pa.Table:
+    """Rows of an older layout of ``contract``'s table with the columns added since
+    (:data:`ADDED_COLUMNS`), as the contract has them."""
+    for name, (_, in_arrow) in ADDED_COLUMNS.get(contract.name, {}).items():
+        if name not in table.column_names:
+            table = table.append_column(name, in_arrow(table))
+    return contract.conform(table)
+
+
+def stored_column(partition_column: str) -> str:
+    """The change-set column naming the partition (``partition_column``'s value) where a
+    changed row is stored now: the MERGE matches it only there. A row that is not stored
+    yet may name any partition (it matches nothing); a change set without the column
+    matches in every partition."""
+    return f"_stored_{partition_column}"
 
 
 _TOKEN = re.compile(r"\s*([<>,:]|[A-Za-z_][A-Za-z0-9_]*)")

@@ -16,7 +16,7 @@ from typing import Protocol
 import pyarrow as pa
 from pyarrow.fs import FileType
 
-from pipelines.lake.contracts import TableContract
+from pipelines.lake.contracts import ADDED_COLUMNS, TableContract, upgraded
 from pipelines.lake.files import DataFile, dictionary_columns, write_data_file
 from pipelines.lake.keys import KeyFilter
 from pipelines.lake.location import LakeLocation, lake_location
@@ -68,6 +68,19 @@ def _key_predicate(key: tuple[str, ...]) -> str:
     return " AND ".join(f"t.{k} = s.{k}" for k in key)
 
 
+def stored_partitions(contract: TableContract, changes: pa.Table) -> tuple[str, list[str]]:
+    """The MERGE condition's terms that keep each changed row's match in the partition the
+    change set says it is stored in (:func:`~pipelines.lake.contracts.stored_column`), and
+    those change-set columns. Both engines then read only the partitions the change set
+    names: a batch that only closes open rows and opens new ones reads no closed row."""
+    terms, columns = "", []
+    for partition, column in contract.stored_columns.items():
+        if column in changes.column_names:
+            terms += f" AND t.{partition} = s.{column}"
+            columns.append(column)
+    return terms, columns
+
+
 class DeltaRsEngine:
     """delta-rs (``deltalake``): writes and merges from Arrow in this process."""
 
@@ -89,6 +102,7 @@ class DeltaRsEngine:
         self._tables: dict[str, object] = {}
         # per table, the last batch committed through commit_files: (app_id, version, files)
         self._own_batch: dict[str, tuple[str, int, tuple[str, ...]]] = {}
+        self._laid_out: set[str] = set()  # partitioned tables whose layout was checked
 
     def path(self, table: str) -> str:
         return self.location.join(table)
@@ -114,15 +128,38 @@ class DeltaRsEngine:
 
     def ensure(self, contract: TableContract) -> None:
         if self.exists(contract.name):
+            if contract.partition_by and contract.name not in self._laid_out:
+                self._lay_out(contract)
             return
         from deltalake import DeltaTable
 
         self._tables[contract.name] = DeltaTable.create(
             self.path(contract.name), contract.arrow_schema, mode="ignore",
+            partition_by=list(contract.partition_by) or None,
             name=contract.name, description=contract.description,
             storage_options=self.storage_options,
         )
+        self._laid_out.add(contract.name)
         log.info("created Delta table %s", self.path(contract.name))
+
+    def _lay_out(self, contract: TableContract) -> None:
+        """An existing table partitioned otherwise than its contract says (written by an
+        older offsetlake) rewritten once, in one commit that keeps its transaction ids, its
+        rows streamed through :func:`~pipelines.lake.contracts.upgraded`."""
+        from deltalake import write_deltalake
+
+        table = self._table(contract.name)
+        if list(table.metadata().partition_columns) != list(contract.partition_by):
+            rows = (b for batch in table.to_pyarrow_dataset().to_batches()
+                    for b in upgraded(contract, pa.Table.from_batches([batch])).to_batches())
+            write_deltalake(self.path(contract.name), pa.RecordBatchReader.from_batches(contract.arrow_schema, rows),
+                            mode="overwrite", schema_mode="overwrite",
+                            partition_by=list(contract.partition_by) or None,
+                            storage_options=self.storage_options, writer_properties=self._writer(contract),
+                            name=contract.name, description=contract.description)
+            self._tables.pop(contract.name, None)
+            log.info("rewrote %s partitioned by %s", contract.name, ", ".join(contract.partition_by))
+        self._laid_out.add(contract.name)
 
     def committed(self, table: str, app_id: str, version: int) -> bool:
         if not self.exists(table):
@@ -261,16 +298,20 @@ class DeltaRsEngine:
             log.info("%s: batch %d of %s already merged, skipping", contract.name, version, app_id)
             return False
         source = contract.conform(changes, contract.change_schema).append_column(OP, changes.column(OP))
+        stored, where = stored_partitions(contract, changes)
+        for column in where:
+            source = source.append_column(column, changes.column(column))
         (
             table
             # streamed_exec=False: the change set is small and in memory, and only then does
-            # delta-rs derive a target predicate from it and skip the files it cannot match
-            .merge(source, _key_predicate(contract.key), source_alias="s", target_alias="t",
+            # delta-rs derive a target predicate from it and skip the files (and the
+            # partitions) it cannot match
+            .merge(source, _key_predicate(contract.key) + stored, source_alias="s", target_alias="t",
                    streamed_exec=False, commit_properties=self._commit(app_id, version),
                    writer_properties=self._writer(contract))
             .when_matched_delete(f"s.{OP} = 'delete'")
-            .when_matched_update_all(f"s.{OP} = 'upsert'", except_cols=[OP])
-            .when_not_matched_insert_all(f"s.{OP} = 'upsert'", except_cols=[OP])
+            .when_matched_update_all(f"s.{OP} = 'upsert'", except_cols=[OP, *where])
+            .when_not_matched_insert_all(f"s.{OP} = 'upsert'", except_cols=[OP, *where])
             .execute()
         )
         return True
@@ -290,8 +331,10 @@ class DeltaRsEngine:
         from deltalake import write_deltalake
 
         write_deltalake(self.path(contract.name), contract.conform(data), mode="overwrite",
-                        schema_mode="overwrite", storage_options=self.storage_options,
+                        schema_mode="overwrite", partition_by=list(contract.partition_by) or None,
+                        storage_options=self.storage_options,
                         name=contract.name, description=contract.description)
+        self._tables.pop(contract.name, None)  # its partitioning may have changed
 
 
 class SparkDeltaEngine:
@@ -321,6 +364,7 @@ class SparkDeltaEngine:
         self.root: Path | str = (self.location.local_path if self.location.is_local
                                  else self.location.uri)
         self._existing: set[str] = set()  # tables seen to exist: tables are never dropped
+        self._laid_out: set[str] = set()  # partitioned tables whose layout was checked
 
     def path(self, table: str) -> str:
         return self.location.join(table)
@@ -344,6 +388,8 @@ class SparkDeltaEngine:
 
     def ensure(self, contract: TableContract) -> None:
         if self.exists(contract.name):
+            if contract.partition_by and contract.name not in self._laid_out:
+                self._lay_out(contract)
             return
         from delta.tables import DeltaTable
 
@@ -351,8 +397,32 @@ class SparkDeltaEngine:
         builder = builder.comment(contract.description)
         for c in contract.columns:
             builder = builder.addColumn(c.name, c.type, nullable=c.nullable, comment=c.comment)
+        if contract.partition_by:
+            builder = builder.partitionedBy(*contract.partition_by)
         builder.execute()
         self._existing.add(contract.name)
+        self._laid_out.add(contract.name)
+
+    def _lay_out(self, contract: TableContract) -> None:
+        """An existing table partitioned otherwise than its contract says (written by an
+        older offsetlake) rewritten once, in one commit, the way :class:`DeltaRsEngine` does."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        path = self.spark_path(contract.name)
+        detail = DeltaTable.forPath(self.spark, path).detail().collect()[0]
+        if list(detail["partitionColumns"]) != list(contract.partition_by):
+            frame = self.spark.read.format("delta").load(path)
+            for name, (in_sql, _) in ADDED_COLUMNS.get(contract.name, {}).items():
+                if name not in frame.columns:
+                    frame = frame.withColumn(name, F.expr(in_sql))
+            writer = (frame.select(*contract.column_names).write.format("delta").mode("overwrite")
+                      .option("overwriteSchema", "true"))
+            if contract.partition_by:
+                writer = writer.partitionBy(*contract.partition_by)
+            writer.save(path)
+            log.info("rewrote %s partitioned by %s", contract.name, ", ".join(contract.partition_by))
+        self._laid_out.add(contract.name)
 
     def commit_files(self, contract: TableContract, files: list[DataFile], app_id: str, version: int) -> bool:
         raise NotImplementedError("delta-spark commits only files it writes itself; use append_frame()")
@@ -382,10 +452,13 @@ class SparkDeltaEngine:
         if self.committed(contract.name, app_id, version):
             log.info("%s: batch %d of %s already merged, skipping", contract.name, version, app_id)
             return False
-        source = self.spark.createDataFrame(
-            contract.conform(changes, contract.change_schema).append_column(OP, changes.column(OP)))
+        source = contract.conform(changes, contract.change_schema).append_column(OP, changes.column(OP))
+        stored, where = stored_partitions(contract, changes)
+        for column in where:
+            source = source.append_column(column, changes.column(column))
+        source = self.spark.createDataFrame(source)
         cols = {c: f"s.{c}" for c in contract.column_names}
-        condition = merge_condition(contract.key, changed_keys(changes, contract.key))
+        condition = merge_condition(contract.key, changed_keys(changes, contract.key)) + stored
         with dml_transaction(self.spark, app_id, version):
             (DeltaTable.forPath(self.spark, self.spark_path(contract.name)).alias("t")
              .merge(source.alias("s"), condition)
@@ -422,8 +495,10 @@ class SparkDeltaEngine:
         return data.cast(wanted) if data.schema != wanted else data
 
     def overwrite(self, contract: TableContract, data: pa.Table) -> None:
-        (self._df(contract, data).write.format("delta").mode("overwrite")
-         .option("overwriteSchema", "true").save(self.spark_path(contract.name)))
+        writer = self._df(contract, data).write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+        if contract.partition_by:
+            writer = writer.partitionBy(*contract.partition_by)
+        writer.save(self.spark_path(contract.name))
 
 
 def spark_uri(uri: str) -> str:

@@ -24,22 +24,25 @@ import pyarrow.compute as pc
 
 @dataclass(frozen=True)
 class KeyFilter:
-    """Rows whose ``columns`` equal one of ``keys`` (tuples in column order), and whose
-    ``null_columns`` are null (e.g. the open rows of ``group_generations``)."""
+    """Rows whose ``columns`` equal one of ``keys`` (tuples in column order), whose
+    ``null_columns`` are null (e.g. the open rows of ``group_generations``) and whose
+    ``true_columns`` are true (a boolean partition column: both engines then read only that
+    partition's files)."""
 
     columns: tuple[str, ...]
     keys: frozenset[tuple]
     null_columns: tuple[str, ...] = ()
+    true_columns: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, columns: Iterable[str], keys: Iterable[tuple], null_columns: Iterable[str] = ()
-           ) -> KeyFilter:
+    def of(cls, columns: Iterable[str], keys: Iterable[tuple], null_columns: Iterable[str] = (),
+           true_columns: Iterable[str] = ()) -> KeyFilter:
         cols = tuple(columns)
         key_set = frozenset(tuple(k) for k in keys)
         for k in key_set:
             if len(k) != len(cols):
                 raise ValueError(f"key {k!r} does not have one value per column of {cols}")
-        return cls(cols, key_set, tuple(null_columns))
+        return cls(cols, key_set, tuple(null_columns), tuple(true_columns))
 
     def _groups(self) -> dict[tuple, list]:
         """Keys grouped by their prefix (all columns but the last), deterministic order."""
@@ -54,7 +57,7 @@ class KeyFilter:
         if not self.keys:
             return "FALSE"
         qualified = [quote_identifier(c) if alias is None else f"{alias}.{quote_identifier(c)}"
-                     for c in (*self.columns, *self.null_columns)]
+                     for c in (*self.columns, *self.null_columns, *self.true_columns)]
         *prefix, last = qualified[:len(self.columns)]
         terms = []
         for values_prefix, lasts in self._groups().items():
@@ -62,8 +65,11 @@ class KeyFilter:
             conds.append(_sql_in(last, lasts))
             terms.append(conds[0] if len(conds) == 1 else "(" + " AND ".join(conds) + ")")
         predicate = terms[0] if len(terms) == 1 else "(" + " OR ".join(terms) + ")"
-        for col in qualified[len(self.columns):]:
+        nulls = len(self.columns) + len(self.null_columns)
+        for col in qualified[len(self.columns):nulls]:
             predicate += f" AND {col} IS NULL"
+        for col in qualified[nulls:]:
+            predicate += f" AND {col} = TRUE"
         return predicate
 
     def to_arrow(self) -> pc.Expression:
@@ -83,6 +89,8 @@ class KeyFilter:
             expr = term if expr is None else expr | term
         for col in self.null_columns:
             expr = expr & pc.field(col).is_null()
+        for col in self.true_columns:
+            expr = expr & (pc.field(col) == pc.scalar(True))
         return expr
 
 

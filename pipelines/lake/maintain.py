@@ -8,7 +8,7 @@ travel that audits rely on ("what did the lake say when reconcile X ran?"), so:
 * compaction is delta-rs ``optimize.compact`` (``dataChange=false``: same rows, fewer
   files); history tables with a ``group_id`` are z-ordered by it instead when a rewrite is
   cheap (the table is at most ``zorder_max_bytes``), because z-order rewrites the table;
-  nothing runs on a table without at least two small files;
+  nothing runs on a table without at least two small files in one partition;
 * each table's ``delta.deletedFileRetentionDuration`` and ``delta.logRetentionDuration``
   are raised to the vacuum retention when shorter (never lowered). Both matter: delta-rs
   drops tombstones older than the former from every checkpoint, after which the removed
@@ -111,15 +111,23 @@ def find_tables(lake: Path | str | LakeLocation) -> list[Path] | list[str]:
 
 
 def _files(dt: Any) -> tuple[int, int, int, int | None]:
-    """(files, bytes, small files, rows) of the current version, from the log's add actions."""
+    """(files, bytes, small files, rows) of the current version, from the log's add actions.
+    The small files are counted per partition, the most of any one: compaction merges files
+    of the same partition only (``group_generations``' open and closed rows stay apart)."""
     import pyarrow as pa
 
-    adds = pa.table(dt.get_add_actions(flatten=False)).select(["size_bytes", "num_records"])
+    adds = pa.table(dt.get_add_actions(flatten=False))
     sizes = adds.column("size_bytes").to_pylist()
     rows = adds.column("num_records").to_pylist()
     total_rows = None if any(r is None for r in rows) else int(sum(rows))
-    return (len(sizes), int(sum(sizes)), sum(1 for s in sizes if s < SMALL_FILE_BYTES),
-            total_rows)
+    where = adds.column("partition").to_pylist() if "partition" in adds.column_names \
+        else [None] * len(sizes)
+    small: dict[str, int] = {}
+    for s, partition in zip(sizes, where, strict=True):
+        if s < SMALL_FILE_BYTES:
+            key = repr(sorted(partition.items()) if isinstance(partition, dict) else partition)
+            small[key] = small.get(key, 0) + 1
+    return len(sizes), int(sum(sizes)), max(small.values(), default=0), total_rows
 
 
 def _row_count(dt: Any, from_stats: int | None) -> int:

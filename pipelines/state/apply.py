@@ -22,7 +22,12 @@ from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter, distinct_keys
 from pipelines.model import OP, LatestRecord, StateInput, micros_of
 from pipelines.state import topics
-from pipelines.state.generations import REPLAYED_TYPES, generation_changes
+from pipelines.state.generations import (
+    REPLAYED_TYPES,
+    changes_table,
+    generation_changes,
+    stored_change_set,
+)
 from pipelines.state.groups import OFFSET_ACTIVITY, derive_group
 from pipelines.state.offsets import last_per_key, offset_changes
 
@@ -30,10 +35,11 @@ log = logging.getLogger(__name__)
 TS = pa.timestamp("us", tz="UTC")
 
 
-def _group_filter(groups: set[tuple[str, str]], null_columns: tuple[str, ...] = ()) -> KeyFilter:
+def _group_filter(groups: set[tuple[str, str]], null_columns: tuple[str, ...] = (),
+                  true_columns: tuple[str, ...] = ()) -> KeyFilter:
     """Rows of exactly the touched (cluster, group) pairs, as a filter both engines push
     into their scans (delta-rs: a pyarrow expression; delta-spark: a SQL predicate)."""
-    return KeyFilter.of(("cluster_id", "group_id"), groups, null_columns)
+    return KeyFilter.of(("cluster_id", "group_id"), groups, null_columns, true_columns)
 
 
 def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: int,
@@ -117,7 +123,9 @@ def _generation_changes(engine: DeltaEngine, batch: StateInput, names: topics.Na
     replayed = []
     if events:
         ev_groups = {(c, g) for c, evs in events.items() for g, _ in evs}
-        open_rows = renames.resolve(engine.read("group_generations", None, _group_filter(ev_groups, ("valid_to",))))
+        # the open partition alone: no file of closed rows is read
+        open_rows = renames.resolve(engine.read("group_generations", None,
+                                                _group_filter(ev_groups, ("valid_to",), ("is_open",))))
         unfilled = renames.resolve(engine.read("group_generations", None, _group_filter(ev_groups, ("client_id",))))
         before = _latest_records(engine, ev_groups, record_types=(5, 19, 23))
         for cluster_id, evs in sorted(events.items()):
@@ -161,7 +169,7 @@ class _Renames:
     def change_set(self, replayed: list[pa.Table]) -> pa.Table:
         """The replayed rows upserted, then the renamed rows the replay did not write."""
         spec = contract("group_generations")
-        table = pa.concat_tables(replayed) if replayed else spec.arrow_schema.empty_table()
+        table = pa.concat_tables(replayed) if replayed else changes_table([], "", self.now)
         table = table.append_column(OP, pa.array(["upsert"] * table.num_rows, pa.string()))
         if not self.deletes:
             return table
@@ -169,13 +177,12 @@ class _Renames:
         upserts = [r for k, r in self.upserts.items() if k not in written]
         written |= {_gen_key(r) for r in upserts}
         deletes = [r for k, r in self.deletes.items() if k not in written]
-        extra = spec.change_set(upserts + deletes, ["upsert"] * len(upserts) + ["delete"] * len(deletes))
-        return pa.concat_tables([table, extra.cast(table.schema)])
+        extra = stored_change_set(upserts + deletes, ["upsert"] * len(upserts) + ["delete"] * len(deletes))
+        return pa.concat_tables([table, extra.select(table.column_names).cast(table.schema)])
 
 
 def _gen_key(r: dict) -> tuple:
-    return (r["cluster_id"], r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"],
-            r["group_type"])
+    return tuple(r[k] for k in contract("group_generations").key)
 
 
 def _latest_group_record_changes(batch: StateInput, now: datetime) -> pa.Table:

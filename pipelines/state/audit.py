@@ -74,7 +74,7 @@ class PositionRanges(KeyFilter):
     def of_ranges(cls, ranges: pa.Table) -> PositionRanges:
         rows = tuple((r["cluster_id"], r["offsets_partition"], r["min_offset"], r["max_offset"])
                      for r in ranges.to_pylist())
-        return cls(("cluster_id", "offsets_partition"), frozenset((c, p) for c, p, _, _ in rows), (), rows)
+        return cls(("cluster_id", "offsets_partition"), frozenset((c, p) for c, p, _, _ in rows), ranges=rows)
 
     def to_sql(self, alias: str | None = None) -> str:
         if not self.ranges:

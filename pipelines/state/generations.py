@@ -12,11 +12,18 @@ record that opened it: member-metadata records (type 5) are replayed in log orde
 the rest. A row opened before its member's first metadata record is filled in by that
 record later, whatever batch it lands in: the table does not depend on batch boundaries.
 
+Each row is one ownership interval: a key (group, generation, member, topic, partition,
+group type) is open at most once at a time, and an interval that ends and starts again
+under the same generation is a second row, told apart by ``valid_from_offset``. The table
+is partitioned by ``is_open``; the replay remembers which partition each stored row is in,
+so that the MERGE reads only the partitions its rows are in (the open one, usually).
+
 The replay keeps each row as a list of the columns in :data:`ROW_COLUMNS` (its first six
-are its key), timestamps as microseconds, and returns the changed rows as an Arrow table:
-a group-heavy batch opens and closes a row per member, partition and rebalance, and a dict
-per row, three indexes per key, datetimes and a dict-to-Arrow conversion cost more than the
-replay itself (benchmarks/group_heavy.py, 2M records: 11.3 -> 5.1 s in all).
+are its key while open), timestamps as microseconds, and returns the changed rows as an
+Arrow table: a group-heavy batch opens and closes a row per member, partition and
+rebalance, and a dict per row, three indexes per key, datetimes and a dict-to-Arrow
+conversion cost more than the replay itself (benchmarks/group_heavy.py, 2M records: 11.3 ->
+5.1 s in all).
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from pipelines.lake.contracts import contract
+from pipelines.lake.contracts import contract, stored_column
 from pipelines.model import LatestRecord, micros_of
 
 #: The group record types the replay reads (every one, in log order).
@@ -40,7 +48,12 @@ GenKey = tuple[str, int, str, str, int, str]
 ROW_COLUMNS = ("group_id", "generation", "member_id", "topic", "partition", "group_type",
                "group_instance_id", "client_id", "client_host", "subscribed_topics",
                "valid_from", "valid_to", "valid_from_offset", "valid_to_offset", "offsets_partition")
-_CLIENT, _VALID_TO, _VALID_TO_OFFSET = 7, 11, 13
+_CLIENT, _VALID_TO, _VALID_FROM_OFFSET, _VALID_TO_OFFSET = 7, 11, 12, 13
+#: after the columns, a row's last cell: the ``is_open`` partition its stored version is in
+#: (a row not stored yet says True: no stored row has its interval, so it matches nothing)
+_STORED = len(ROW_COLUMNS)
+#: the partition column and the change-set column naming where a changed row is stored
+STORED_COLUMN = stored_column("is_open")
 # a row's attributes: group_instance_id, client_id, client_host, subscribed_topics
 Attrs = tuple[Any, Any, Any, Any]
 Row = list[Any]
@@ -99,12 +112,19 @@ def _streams_rows(group_id: str, rec: LatestRecord, topology: dict[str, Any] | N
 
 def stored_rows(table: pa.Table | None) -> list[Row]:
     """``group_generations`` rows read from the lake, as the replay keeps them (timestamps
-    as microseconds, :func:`pipelines.model.micros_of`)."""
+    as microseconds, :func:`pipelines.model.micros_of`; the partition they are in last)."""
     if table is None or not table.num_rows:
         return []
     columns = [table.column(c) for c in ROW_COLUMNS]
     columns = [micros_of(c) if pa.types.is_timestamp(c.type) else c for c in columns]
+    columns.append(table.column("is_open") if "is_open" in table.column_names
+                   else pc.is_null(table.column("valid_to")))
     return [list(r) for r in zip(*(c.to_pylist() for c in columns), strict=True)]
+
+
+def interval(row: Row) -> tuple:
+    """A row's identity in the table: its key and where it started."""
+    return (*row[:6], row[_VALID_FROM_OFFSET])
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -130,7 +150,8 @@ def generation_changes(
     unfilled_rows: pa.Table | None = None,
     topologies: dict[str, dict[str, Any]] | None = None,
 ) -> pa.Table:
-    """Rows to upsert into ``group_generations`` after replaying ``events`` in log order.
+    """Rows to upsert into ``group_generations`` after replaying ``events`` in log order,
+    each with the partition its stored version is in (:data:`STORED_COLUMN`).
 
     ``open_rows`` are the currently open rows (valid_to null) of the groups in ``events``;
     ``members`` maps (group, member id) to the KIP-848 member metadata (client id, host...)
@@ -144,14 +165,24 @@ def generation_changes(
 
 
 def changes_table(rows: list[Row], cluster_id: str, updated_at: datetime) -> pa.Table:
-    """The replay's rows as a ``group_generations`` table, column by column."""
+    """The replay's rows as a ``group_generations`` table, column by column, and the
+    partition each one's stored version is in (:data:`STORED_COLUMN`)."""
     schema = contract("group_generations").arrow_schema
     if not rows:
-        return schema.empty_table()
-    columns = dict(zip(ROW_COLUMNS, _transposed(rows), strict=True))
+        return schema.empty_table().append_column(STORED_COLUMN, pa.array([], pa.bool_()))
+    columns = dict(zip((*ROW_COLUMNS, STORED_COLUMN), _transposed(rows), strict=True))
     n = len(rows)
     columns["cluster_id"], columns["updated_at"] = [cluster_id] * n, [micros(updated_at)] * n
-    return pa.Table.from_arrays([pa.array(columns[f.name], f.type) for f in schema], schema=schema)
+    columns["is_open"] = [to is None for to in columns["valid_to"]]
+    table = pa.Table.from_arrays([pa.array(columns[f.name], f.type) for f in schema], schema=schema)
+    return table.append_column(STORED_COLUMN, pa.array(columns[STORED_COLUMN], pa.bool_()))
+
+
+def stored_change_set(rows: list[dict[str, Any]], ops: list[str]) -> pa.Table:
+    """Stored rows (read from the lake, ``is_open`` included) as a change set that names
+    the partition each is in (renamed topics: the old key deleted, the new one upserted)."""
+    table = contract("group_generations").change_set(rows, ops)
+    return table.append_column(STORED_COLUMN, pa.array([r["is_open"] for r in rows], pa.bool_()))
 
 
 def _transposed(rows: list[Row], step: int = 1024) -> list[list[Any]]:
@@ -161,7 +192,7 @@ def _transposed(rows: list[Row], step: int = 1024) -> list[list[Any]]:
     a batch), and a list comprehension per column visits every row once per column, a cache
     miss each time. ``zip`` transposes a chunk while its rows are still cached: 5x faster on
     a group-heavy batch (379k rows: 0.63 -> 0.13 s)."""
-    columns: list[list[Any]] = [[] for _ in ROW_COLUMNS]
+    columns: list[list[Any]] = [[] for _ in range(_STORED + 1)]
     for start in range(0, len(rows), step):
         for column, cells in zip(columns, zip(*rows[start:start + step], strict=True), strict=True):
             column.extend(cells)
@@ -184,17 +215,17 @@ class _Replay:
         # group -> open classic rows by key; (group, group type) -> member -> open rows by key
         self.classic: dict[str, dict[GenKey, Row]] = {}
         self.by_member: dict[tuple[str, str], dict[str, dict[GenKey, Row]]] = {}
-        self.changed: dict[GenKey, Row] = {}
+        self.changed: dict[tuple, Row] = {}  # by interval()
         # (group, member) -> KIP-848/streams rows without the member's metadata yet
         self.waiting: dict[tuple[str, str], list[Row]] = {}
-        open_keys = set()
+        opened = set()
         for row in open_rows:
             key = tuple(row[:6])
             self._scope(key)[key] = row
-            open_keys.add(key)
+            opened.add(interval(row))
             self._wait(row)
         for row in unfilled_rows:
-            if tuple(row[:6]) not in open_keys:
+            if interval(row) not in opened:
                 self._wait(row)
 
     def _scope(self, key: GenKey) -> dict[GenKey, Row]:
@@ -243,13 +274,13 @@ class _Replay:
         for key in [k for k in mine if k not in new]:
             row = mine.pop(key)
             row[_VALID_TO], row[_VALID_TO_OFFSET] = stamp, rec.offset
-            changed[key] = row
+            changed[(*key, row[_VALID_FROM_OFFSET])] = row
         offset, partition = rec.offset, rec.offsets_partition
         for key, attrs in new.items():
             if key in mine:
                 continue
-            row = [*key, *attrs, stamp, None, offset, None, partition]
-            mine[key] = changed[key] = row
+            row = [*key, *attrs, stamp, None, offset, None, partition, True]
+            mine[key] = changed[(*key, offset)] = row
             self._wait(row)
 
     def fill(self, group_id: str, member_id: str, info: dict[str, Any]) -> None:
@@ -259,8 +290,7 @@ class _Replay:
         for row in waiting:
             if row[_CLIENT] is None:
                 row[6:10] = attrs
-                key = tuple(row[:6])
-                self.changed[key] = self._scope(key).get(key, row)
+                self.changed[interval(row)] = row
         still = [row for row in waiting if row[_CLIENT] is None]
         if still:  # metadata without a client id: the rows wait for the next record
             self.waiting[(group_id, member_id)] = still

@@ -20,6 +20,7 @@ from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter
 from pipelines.model import StateInput
+from pipelines.state.generations import stored_change_set
 
 TABLE = "topic_names"
 Names = dict[tuple[str, str], str]  # (cluster_id, topic_id) -> topic name
@@ -127,8 +128,7 @@ def store_cluster_names(engine: DeltaEngine, names: Names, app_id: str, now: dat
     stale = renamed_generation_rows(engine, new)
     if stale:
         upserts = [{**resolve_row(r, new), "updated_at": now} for r in stale]
-        gens = contract("group_generations").change_set(stale + upserts,
-                                                        ["delete"] * len(stale) + ["upsert"] * len(upserts))
+        gens = stored_change_set(stale + upserts, ["delete"] * len(stale) + ["upsert"] * len(upserts))
         if engine.merge(contract("group_generations"), gens, app_id, 0):
             written["group_generations"] = len(upserts)
     members = fill_member_rows(engine, {**known, **new}, now)

@@ -1,5 +1,8 @@
 """Oracle for tests/test_generations_replay.py: the group_generations replay as it was
-before its per-group and per-member indexes (pipelines/state/generations.py), verbatim.
+before its per-group and per-member indexes (pipelines/state/generations.py), verbatim but
+for one change made since: a row is an ownership interval, so a key closed and opened
+again under the same generation is two rows (told apart by ``valid_from_offset``; the
+later one no longer overwrites the earlier), and each row says whether it is open.
 
 Ownership history: who owned which partition from which generation/time to which.
 
@@ -87,6 +90,10 @@ def _key(r: dict[str, Any]) -> GenKey:
     return (r["group_id"], r["generation"], r["member_id"], r["topic"], r["partition"], r["group_type"])
 
 
+def _interval(r: dict[str, Any]) -> tuple:
+    return (*_key(r), r["valid_from_offset"])
+
+
 def generation_changes(
     open_rows: Iterable[dict[str, Any]],
     events: Iterable[tuple[str, LatestRecord]],
@@ -108,7 +115,7 @@ def generation_changes(
                      topologies)
     for group_id, rec in sorted(events, key=lambda e: (e[1].offsets_partition, e[1].offset)):
         replay.apply(group_id, rec)
-    return list(replay.changed.values())
+    return [{**r, "is_open": r["valid_to"] is None} for r in replay.changed.values()]
 
 
 class _Replay:
@@ -125,11 +132,12 @@ class _Replay:
         # streams group -> its topology record (type 23) before the events
         self.topologies = dict(topologies or {})
         self.open_by_key: dict[GenKey, dict[str, Any]] = {_key(r): dict(r) for r in open_rows}
-        self.unfilled: dict[GenKey, dict[str, Any]] = {
-            _key(r): dict(r) for r in unfilled_rows
+        opened = {_interval(r) for r in self.open_by_key.values()}
+        self.unfilled: dict[tuple, dict[str, Any]] = {
+            _interval(r): dict(r) for r in unfilled_rows
             if r["group_type"] in ("consumer", "streams") and r["client_id"] is None
-            and _key(r) not in self.open_by_key}
-        self.changed: dict[GenKey, dict[str, Any]] = {}
+            and _interval(r) not in opened}
+        self.changed: dict[tuple, dict[str, Any]] = {}  # by interval
 
     def apply(self, group_id: str, rec: LatestRecord) -> None:
         """One group record, in log order."""
@@ -173,13 +181,13 @@ class _Replay:
                 if key[0] == group_id and key[2] == member_id and row["group_type"] in ("consumer", "streams") \
                         and row["client_id"] is None:
                     row.update(attrs, updated_at=self.updated_at)
-                    self.changed[key] = self.open_by_key.get(key, row)
+                    self.changed[_interval(row)] = row
 
     def close(self, keys: list[GenKey], rec: LatestRecord) -> None:
         for key in keys:
             row = self.open_by_key.pop(key)
             row.update(valid_to=rec.record_timestamp, valid_to_offset=rec.offset, updated_at=self.updated_at)
-            self.changed[key] = row
+            self.changed[_interval(row)] = row
 
     def open_(self, new: dict[GenKey, dict[str, Any]], rec: LatestRecord) -> None:
         for key, attrs in new.items():
@@ -191,4 +199,4 @@ class _Replay:
                    "valid_from_offset": rec.offset, "valid_to_offset": None,
                    "offsets_partition": rec.offsets_partition, "updated_at": self.updated_at}
             self.open_by_key[key] = row
-            self.changed[key] = row
+            self.changed[_interval(row)] = row
