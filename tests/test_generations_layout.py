@@ -140,3 +140,20 @@ def test_a_lake_from_before_the_partitioning_is_laid_out_once(tmp_path: Path, mo
     assert engine.merge(spec, closing, "new-app", 0)
     assert (metrics[0]["num_target_files_scanned"], metrics[0]["num_target_files_skipped_during_scan"]) == (1, 1)
     check_closed(tmp_path)
+
+
+def test_names_from_a_snapshot_lay_out_an_old_lake_before_renaming_its_rows(tmp_path: Path) -> None:
+    """The snapshot's topic names are the other writer of ``group_generations``: on a lake
+    from before ``is_open`` its renamed rows (read, deleted, upserted under the name) go
+    through the laid-out table, each in the partition it belongs to."""
+    from pipelines.state.topics import store_cluster_names
+
+    old_layout(tmp_path)
+    engine = DeltaRsEngine(tmp_path)
+    assert store_cluster_names(engine, {("c", "t"): "orders"}, "snapshot-app", NOW)["group_generations"] == 3
+    table = DeltaTable(str(tmp_path / TABLE))
+    assert table.metadata().partition_columns == ["is_open"]
+    renamed = table.to_pyarrow_table().to_pylist()
+    assert {(r["topic"], r["partition"], r["is_open"]) for r in renamed} == \
+        {("orders", 0, False), ("orders", 1, True), ("orders", 2, False)}
+    assert transaction_version(str(tmp_path / TABLE), "old-app") == 7

@@ -81,6 +81,17 @@ def stored_partitions(contract: TableContract, changes: pa.Table) -> tuple[str, 
     return terms, columns
 
 
+def merge_source(contract: TableContract, changes: pa.Table) -> tuple[pa.Table, str, list[str]]:
+    """What both engines' MERGE takes from a change set: its rows as the contract's columns
+    plus the operation and the stored partitions (:func:`stored_partitions`), the condition's
+    partition terms, and the columns that are no table column (never written)."""
+    source = contract.conform(changes, contract.change_schema).append_column(OP, changes.column(OP))
+    terms, stored = stored_partitions(contract, changes)
+    for column in stored:
+        source = source.append_column(column, changes.column(column))
+    return source, terms, [OP, *stored]
+
+
 class DeltaRsEngine:
     """delta-rs (``deltalake``): writes and merges from Arrow in this process."""
 
@@ -297,10 +308,7 @@ class DeltaRsEngine:
         if table is None:
             log.info("%s: batch %d of %s already merged, skipping", contract.name, version, app_id)
             return False
-        source = contract.conform(changes, contract.change_schema).append_column(OP, changes.column(OP))
-        stored, where = stored_partitions(contract, changes)
-        for column in where:
-            source = source.append_column(column, changes.column(column))
+        source, stored, not_written = merge_source(contract, changes)
         (
             table
             # streamed_exec=False: the change set is small and in memory, and only then does
@@ -310,8 +318,8 @@ class DeltaRsEngine:
                    streamed_exec=False, commit_properties=self._commit(app_id, version),
                    writer_properties=self._writer(contract))
             .when_matched_delete(f"s.{OP} = 'delete'")
-            .when_matched_update_all(f"s.{OP} = 'upsert'", except_cols=[OP, *where])
-            .when_not_matched_insert_all(f"s.{OP} = 'upsert'", except_cols=[OP, *where])
+            .when_matched_update_all(f"s.{OP} = 'upsert'", except_cols=not_written)
+            .when_not_matched_insert_all(f"s.{OP} = 'upsert'", except_cols=not_written)
             .execute()
         )
         return True
@@ -452,10 +460,7 @@ class SparkDeltaEngine:
         if self.committed(contract.name, app_id, version):
             log.info("%s: batch %d of %s already merged, skipping", contract.name, version, app_id)
             return False
-        source = contract.conform(changes, contract.change_schema).append_column(OP, changes.column(OP))
-        stored, where = stored_partitions(contract, changes)
-        for column in where:
-            source = source.append_column(column, changes.column(column))
+        source, stored, _ = merge_source(contract, changes)
         source = self.spark.createDataFrame(source)
         cols = {c: f"s.{c}" for c in contract.column_names}
         condition = merge_condition(contract.key, changed_keys(changes, contract.key)) + stored

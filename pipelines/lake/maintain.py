@@ -125,8 +125,7 @@ def _files(dt: Any) -> tuple[int, int, int, int | None]:
     small: dict[str, int] = {}
     for s, partition in zip(sizes, where, strict=True):
         if s < SMALL_FILE_BYTES:
-            key = repr(sorted(partition.items()) if isinstance(partition, dict) else partition)
-            small[key] = small.get(key, 0) + 1
+            small[repr(partition)] = small.get(repr(partition), 0) + 1
     return len(sizes), int(sum(sizes)), max(small.values(), default=0), total_rows
 
 

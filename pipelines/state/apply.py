@@ -114,6 +114,7 @@ def _generation_changes(engine: DeltaEngine, batch: StateInput, names: topics.Na
                         known: topics.Names, now: datetime) -> pa.Table:
     """Change set for ``group_generations``: rows still naming a topic by an id this batch
     names (renamed: old key deleted), then the batch's classic/KIP-848 events replayed."""
+    engine.ensure(contract("group_generations"))  # laid out before its rows are read back
     renames = _Renames({k: v for k, v in names.items() if k not in known}, now)
     renames.resolve(topics.renamed_generation_rows(engine, renames.names))
     events: dict[str, list] = {}

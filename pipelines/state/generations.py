@@ -33,7 +33,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pipelines.lake.contracts import contract, stored_column
 from pipelines.model import LatestRecord, micros_of
@@ -117,8 +116,7 @@ def stored_rows(table: pa.Table | None) -> list[Row]:
         return []
     columns = [table.column(c) for c in ROW_COLUMNS]
     columns = [micros_of(c) if pa.types.is_timestamp(c.type) else c for c in columns]
-    columns.append(table.column("is_open") if "is_open" in table.column_names
-                   else pc.is_null(table.column("valid_to")))
+    columns.append(table.column("is_open"))
     return [list(r) for r in zip(*(c.to_pylist() for c in columns), strict=True)]
 
 

@@ -69,6 +69,8 @@ def renamed_generation_rows(engine: DeltaEngine, new: Names) -> list[dict[str, A
     """``group_generations`` rows that still carry one of ``new``'s ids as their topic."""
     if not new or not engine.exists("group_generations"):
         return []
+    # they go back through a MERGE: the table laid out as its contract says first
+    engine.ensure(contract("group_generations"))
     return engine.read("group_generations", None,
                        KeyFilter.of(("cluster_id", "topic"), set(new))).to_pylist()
 
