@@ -31,6 +31,7 @@ from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, make_engine
 from pipelines.lake.location import LakeLocation, lake_location
 from pipelines.sources.raw import unpacked
+from pipelines.state import last_ended
 from pipelines.state.apply import apply_state
 from pipelines.state.audit import audit_batch
 from pipelines.state.progress import TABLE as PROGRESS
@@ -74,8 +75,11 @@ def commit_batch(engine: DeltaEngine, parts: list[HistoryPart], batch_id: int, a
             report.rows[name] += rows
     with no_cyclic_gc():
         state = combined_state(parts)
-        state_rows = apply_state(engine, state, app_id, batch_id, now)
-        audit_rows = audit_batch(engine, state, app_id, batch_id, now)  # after the state
+        state_rows, ownership = apply_state(engine, state, app_id, batch_id, now)
+        audit_rows = audit_batch(engine, state, app_id, batch_id, now, ownership)  # after the state
+        # after the audit, which reads it as the batches before left it
+        if ended := last_ended.update(engine, ownership, app_id, batch_id, now):
+            state_rows[last_ended.TABLE] = ended
     for table, n in state_rows.items():
         wrote = True
         report.rows[table] += n

@@ -89,15 +89,19 @@ def clean_lake(scenario: Path, tmp_path_factory) -> Path:
     return _clean_lake(scenario, tmp_path_factory)
 
 
-# A clean run of scenario-a makes 56 writes, of the generated one 59 (5 batches x history
+# A clean run of scenario-a makes 61 writes, of the generated one 64 (5 batches x history
 # commits, state merges, then the audit: commit_attribution append, offset_anomalies merge when
-# a batch finds one, offset_audit_cursor merge; ingest_progress merge last). Crash before each of
-# the first batch's writes, then at the later batches' topic_names merges (scenario-a 19, 51;
-# generated 18), their audit writes (scenario-a 21, 22, 55; generated 21, 22, 23, 58), their
-# ingest_progress merges (scenario-a 23, 56; generated 24, 59) and points in between.
-TOTAL_WRITES = {"scenario-a": 56, "generated": 59}
-CRASH_POINTS = {"scenario-a": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 19, 21, 22, 23, 34, 51, 55, 56],
-                "generated": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 18, 21, 22, 23, 24, 35, 58, 59]}
+# a batch finds one, offset_audit_cursor merge; then ownership_last_ended, which takes the
+# batch after its audit; ingest_progress merge last). Crash before each of the first batch's
+# writes, then at the later batches' topic_names merges (scenario-a 20, 55; generated 19),
+# their audit writes (scenario-a 22, 23, 59; generated 22, 23, 24, 62), their
+# ownership_last_ended merges (scenario-a 24, 60; generated 25, 38, 63: the replay has no
+# change set of the batch, whose group_generations merge landed, and takes every ended row
+# again), their ingest_progress merges (scenario-a 25, 61; generated 26, 64) and points in
+# between.
+TOTAL_WRITES = {"scenario-a": 61, "generated": 64}
+CRASH_POINTS = {"scenario-a": [*range(1, 14), 20, 22, 23, 24, 25, 37, 55, 59, 60, 61],
+                "generated": [*range(1, 13), 19, 22, 23, 24, 25, 26, 37, 38, 62, 63, 64]}
 
 
 @pytest.mark.parametrize(("name", "crash_at"),

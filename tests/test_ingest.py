@@ -29,7 +29,7 @@ pytestmark = pytest.mark.spark
 ALL_TABLES = ("offsets_raw", "offset_commits", "group_metadata", "committed_offsets",
               "consumer_groups", "group_members", "group_generations", "group_records_latest",
               "topic_names", "commit_attribution", "offset_anomalies", "offset_audit_cursor",
-              "ingest_progress")
+              "ingest_progress", "ownership_last_ended")
 
 
 def live_offsets(scenario: Path) -> dict[tuple[str, str, int], tuple[int, int, str]]:

@@ -43,9 +43,12 @@ def _group_filter(groups: set[tuple[str, str]], null_columns: tuple[str, ...] = 
 
 
 def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: int,
-                now: datetime) -> dict[str, int]:
-    """Update every state table for one batch (all clusters in it); rows changed per table."""
+                now: datetime) -> tuple[dict[str, int], pa.Table | None]:
+    """Update every state table for one batch (all clusters in it): rows changed per table,
+    and the ``group_generations`` change set when this call replayed the batch (None when
+    an earlier attempt merged it), which the commit audit and ``ownership_last_ended`` take."""
     changed: dict[str, int] = {}
+    replayed: pa.Table | None = None
     oc_changes = offset_changes(batch.offset_commits, now)
     if oc_changes.num_rows and engine.merge(contract("committed_offsets"), oc_changes, app_id, batch_id):
         changed["committed_offsets"] = oc_changes.num_rows
@@ -58,7 +61,7 @@ def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     # Ownership history replays this batch on the state *before* it (member metadata as
     # of each record), so it is computed and merged before group_records_latest changes.
     if not engine.committed("group_generations", app_id, batch_id):
-        gens = _generation_changes(engine, batch, names, known, now)
+        replayed = gens = _generation_changes(engine, batch, names, known, now)
         if gens.num_rows and engine.merge(contract("group_generations"), gens, app_id, batch_id):
             changed["group_generations"] = gens.num_rows
 
@@ -75,7 +78,7 @@ def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     # members holding a topic id whose name is now known are derived again
     touched |= topics.unresolved_member_groups(engine, names)
     if not touched:
-        return changed
+        return changed, replayed
 
     records = _latest_records(engine, touched)
     with_offsets = _groups_with_offsets(engine, touched, oc_changes)
@@ -107,7 +110,7 @@ def apply_state(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     if members.num_rows and engine.merge(contract("group_members"), members, app_id, batch_id):
         changed["group_members"] = members.num_rows
 
-    return changed
+    return changed, replayed
 
 
 def _generation_changes(engine: DeltaEngine, batch: StateInput, names: topics.Names,

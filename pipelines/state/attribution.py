@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter, distinct_keys
-from pipelines.state import topics
+from pipelines.model import OP
+from pipelines.state import last_ended, topics
 
 ATTRIBUTION = "commit_attribution"
 TS = pa.timestamp("us", tz="UTC")
@@ -42,14 +43,45 @@ REASONS = {
 _TOPIC_ID = r"^[A-Za-z0-9_-]{22}$"  # a Kafka topic id as the decoder writes it (base64url)
 
 
+#: the ownership columns attribute() reads
+GENERATION_COLUMNS = ["cluster_id", "group_id", "group_type", "generation", "member_id", "group_instance_id",
+                      "client_id", "client_host", "topic", "partition", "valid_from_offset", "valid_to_offset"]
+
+
 def generation_rows(engine: DeltaEngine, commits: pa.Table) -> pa.Table:
-    """Ownership rows of the committing groups, topic ids resolved to names where known."""
-    cols = ["cluster_id", "group_id", "group_type", "generation", "member_id", "group_instance_id",
-            "client_id", "client_host", "topic", "partition", "valid_from_offset", "valid_to_offset"]
+    """Ownership rows of the committing groups, topic ids resolved to names where known:
+    every row, so commits at any position are attributed (a backfill, a revisit)."""
     groups = distinct_keys(commits, ("cluster_id", "group_id"))
     if not groups:
-        return contract("group_generations").arrow_schema.empty_table().select(cols)
-    gens = engine.read("group_generations", cols, KeyFilter.of(("cluster_id", "group_id"), groups))
+        return contract("group_generations").arrow_schema.empty_table().select(GENERATION_COLUMNS)
+    gens = engine.read("group_generations", GENERATION_COLUMNS, KeyFilter.of(("cluster_id", "group_id"), groups))
+    return _named(engine, gens, groups)
+
+
+def batch_generation_rows(engine: DeltaEngine, commits: pa.Table, replayed: pa.Table) -> pa.Table:
+    """What :func:`generation_rows` gives :func:`attribute` for the commits of the batch the
+    state step just replayed (``replayed``: its ``group_generations`` change set), without
+    reading an ended row: per key the ended interval that started last before the batch
+    (``ownership_last_ended``), the open rows and the rows the batch changed. Every interval
+    alive at a position of the batch is open or ended by it, and any other that a commit's
+    attribution or reason depends on is its key's last ended one, so the result is the same.
+    The batch's own rows come last: where two rows hold one interval (an ended one whose
+    metadata this batch filled in), ``attribute`` takes the later."""
+    groups = distinct_keys(commits, ("cluster_id", "group_id"))
+    if not groups:
+        return contract("group_generations").arrow_schema.empty_table().select(GENERATION_COLUMNS)
+    schema = pa.schema([contract("group_generations").arrow_schema.field(c) for c in GENERATION_COLUMNS])
+    where = KeyFilter.of(("cluster_id", "group_id"), groups)
+    ended = last_ended.rows(engine, groups)
+    opened = engine.read("group_generations", GENERATION_COLUMNS,
+                         KeyFilter.of(("cluster_id", "group_id"), groups, true_columns=("is_open",)))
+    changed = replayed.filter((pc.field(OP) == "upsert") & where.to_arrow())
+    parts = [t.select(GENERATION_COLUMNS).cast(schema) for t in (ended, opened, changed)]
+    return _named(engine, pa.concat_tables(parts), groups)
+
+
+def _named(engine: DeltaEngine, gens: pa.Table, groups: set[tuple[str, str]]) -> pa.Table:
+    """``gens`` with topic ids resolved to the names known for them."""
     names = topics.known_names(engine, {c for c, _ in groups})
     if names and gens.num_rows:
         keys = pa.array([f"{c}\x1f{i}" for c, i in names])
@@ -152,7 +184,8 @@ def attribute(commits: pa.Table, gens: pa.Table, now: datetime) -> pa.Table:
     closed = pc.is_valid(end_arr).to_numpy(zero_copy_only=False)
     end = pc.fill_null(end_arr, 0).to_numpy().astype(np.int64)
 
-    # the row of the commit's partition that started last at or before x
+    # the row of the commit's partition that started last at or before x (of rows that
+    # started together, the later in ``gens``: lexsort is stable)
     order = np.lexsort((start, g_tp))
     comp = g_tp[order] * POSITION_SHIFT + start[order]
     j = np.searchsorted(comp, c_tp * POSITION_SHIFT + x, side="right") - 1

@@ -31,7 +31,7 @@ from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, read_batch
 from pipelines.lake.keys import KeyFilter, distinct_keys, quote_identifier, sql_literal
 from pipelines.model import OP, GroupRecord, LatestRecord, StateInput, kept_rows
-from pipelines.state import topics
+from pipelines.state import last_ended, topics
 from pipelines.state.anomalies import (
     ANOMALIES,
     bound_anomalies,
@@ -39,7 +39,14 @@ from pipelines.state.anomalies import (
     ownership_anomalies,
     sequence_anomalies,
 )
-from pipelines.state.attribution import ATTRIBUTION, TS, attribute, attribution_at, generation_rows
+from pipelines.state.attribution import (
+    ATTRIBUTION,
+    TS,
+    attribute,
+    attribution_at,
+    batch_generation_rows,
+    generation_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -161,29 +168,35 @@ def _ascending(c: np.ndarray, p: np.ndarray, o: np.ndarray) -> np.ndarray:
 
 
 def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: int,
-                now: datetime) -> dict[str, int]:
+                now: datetime, replayed: pa.Table | None = None) -> dict[str, int]:
     """Attribute and check this batch's commits (after the state tables took the batch);
-    rows written per table."""
+    rows written per table. ``replayed``: the ``group_generations`` change set the state
+    step made of this batch, when it did: then no ended ownership row is read, only
+    ``ownership_last_ended``, which takes the batch after this."""
     if batch.commit_ranges is None or engine.committed(CURSOR, app_id, batch_id):
         return {}
     ensure_tables(engine)
+    written: dict[str, int] = {}
+    # earlier commits may find their owner by the names this batch learned, whatever else
+    # the batch holds (a batch of partition metadata alone left them unresolved for good)
+    clusters = {g.cluster_id for g in batch.group_records} | set(batch.commit_ranges.column("cluster_id").to_pylist())
+    if _names_learned(engine, clusters, now):
+        written.update(revisit_unresolved(engine, clusters, f"{app_id}#names", batch_id, now))
     commits = batch_commits(engine, batch, app_id, batch_id)
     events = [(g.cluster_id, g.group_id, g.record) for g in batch.group_records
               if g.record.record_type in GROUP_RECORD_TYPES]
     groups = distinct_keys(commits, ("cluster_id", "group_id"))
     groups |= {(c, g) for c, g, _ in events}
     if not groups:
-        return {}
+        return written
     cursor = engine.read(CURSOR, None, KeyFilter.of(("cluster_id", "group_id"), groups)).to_pylist()
     commits, events = _not_yet_audited(commits, events, cursor)
     if commits.num_rows == 0 and not events:
-        return {}
-    written: dict[str, int] = {}
-    clusters = {c for c, _ in groups}
-    if _names_learned(engine, clusters, now):  # earlier commits may now find their owner
-        written.update(revisit_unresolved(engine, clusters, f"{app_id}#names", batch_id, now))
+        return written
     live = _live(commits)
-    attribution = attribute(live, generation_rows(engine, live), now)
+    gens = batch_generation_rows(engine, live, replayed) if replayed is not None and last_ended.ready(engine) \
+        else generation_rows(engine, live)
+    attribution = attribute(live, gens, now)
     # new positions only: an append (no scan of the table), idempotent by the transaction
     # id. Written on a thread while the anomalies are found, where the engine allows: its
     # writer releases the GIL, and a batch's tables may land in any order as long as the

@@ -20,6 +20,7 @@ from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter
 from pipelines.model import StateInput
+from pipelines.state import last_ended
 from pipelines.state.generations import stored_change_set
 
 TABLE = "topic_names"
@@ -131,6 +132,9 @@ def store_cluster_names(engine: DeltaEngine, names: Names, app_id: str, now: dat
     if stale:
         upserts = [{**resolve_row(r, new), "updated_at": now} for r in stale]
         gens = stored_change_set(stale + upserts, ["delete"] * len(stale) + ["upsert"] * len(upserts))
+        # first: a retry finds the same stale rows until group_generations has them renamed
+        if ended := last_ended.update(engine, gens, app_id, 0, now):
+            written[last_ended.TABLE] = ended
         if engine.merge(contract("group_generations"), gens, app_id, 0):
             written["group_generations"] = len(upserts)
     members = fill_member_rows(engine, {**known, **new}, now)
