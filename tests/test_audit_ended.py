@@ -225,3 +225,22 @@ def test_a_topic_named_by_a_snapshot_renames_its_last_ended_interval(tmp_path: P
     process_batch(DeltaRsEngine(lake), raw.slice(13), 20, "test", IngestReport())
     (zombie,) = [r for r in _attribution(lake) if r["offset"] == 13]
     assert (zombie["attribution"], zombie["last_owner_member_id"]) == ("zombie", "M")
+
+
+def test_a_snapshot_on_a_lake_from_before_the_table_builds_it_renamed(tmp_path: Path) -> None:
+    """A lake from before the table, whose first write to it is a snapshot naming the id:
+    the table is built with the snapshot's renames applied (they are merged after it)."""
+    from datetime import datetime, timezone
+
+    from pipelines.state.topics import store_cluster_names
+
+    data = tmp_path / "data"
+    with SegmentWriter(data, 0) as w:
+        for i, rec in enumerate(NAMED[:13]):
+            w.append([rec], timestamp=T0 + i)
+    lake = tmp_path / "lake"
+    ingest_split(raw_records(data), lake, [12])
+    shutil.rmtree(lake / last_ended.TABLE)
+    store_cluster_names(DeltaRsEngine(lake), {("default", TOPIC_ID): "n"}, "snapshot-1", datetime.now(timezone.utc))
+    ended = {(r["group_id"], r["topic"], r["partition"]): r["member_id"] for r in table_rows(lake, last_ended.TABLE)}
+    assert ended == {("g", "t", 0): "C", ("g", "t", 1): "B", ("k", "n", 0): "M"}

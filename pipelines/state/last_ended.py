@@ -80,7 +80,10 @@ def update(engine: DeltaEngine, generations: pa.Table | None, app_id: str, versi
     if engine.committed(TABLE, app_id, version):
         return 0
     if generations is None or not ready(engine):
-        changes = _change_set(_ended_last(engine.read("group_generations", [*KEY, *INTERVAL])), now)
+        every = engine.read("group_generations", [*KEY, *INTERVAL])
+        if generations is not None:  # a snapshot's renames are merged after this: as if they were
+            every = _applied(every, generations)
+        changes = _change_set(_ended_last(every), now)
     else:
         changes = _changes(engine, generations, now)
     if changes.num_rows:
@@ -88,6 +91,18 @@ def update(engine: DeltaEngine, generations: pa.Table | None, app_id: str, versi
     elif not ready(engine):  # a lake with no ended interval yet: the table exists from now on
         engine.append(contract(TABLE), contract(TABLE).arrow_schema.empty_table(), app_id, version)
     return changes.num_rows
+
+
+def _applied(rows: pa.Table, generations: pa.Table) -> pa.Table:
+    """``group_generations`` rows with a change set applied: its deleted rows gone, its
+    upserted ones after the rest (so they win an equal start)."""
+    row_key = [*contract("group_generations").key]
+    ops = generations.column(OP)
+    deleted = generations.filter(pc.equal(ops, "delete"))
+    if deleted.num_rows:
+        rows = rows.filter(pc.invert(pc.is_in(_joined(rows, row_key), value_set=_joined(deleted, row_key))))
+    upserts = generations.filter(pc.equal(ops, "upsert")).select(rows.column_names)
+    return pa.concat_tables([rows, upserts.cast(rows.schema)])
 
 
 def _changes(engine: DeltaEngine, generations: pa.Table, now: datetime) -> pa.Table:
@@ -118,7 +133,7 @@ def _changes(engine: DeltaEngine, generations: pa.Table, now: datetime) -> pa.Ta
     return pa.concat_tables([upserts, deletes.append_column(OP, pa.array(["delete"] * deleted.num_rows, pa.string()))])
 
 
-def _joined(table: pa.Table) -> pa.Array:
+def _joined(table: pa.Table, key: list[str] | tuple[str, ...] = KEY) -> pa.Array:
     """Each row's key as one string (for set membership)."""
-    parts = [pc.cast(table.column(c), pa.string()) for c in KEY]
+    parts = [pc.cast(table.column(c), pa.string()) for c in key]
     return pc.binary_join_element_wise(*parts, "\x1f").combine_chunks() if table.num_rows else pa.array([], pa.string())
