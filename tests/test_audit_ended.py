@@ -13,15 +13,18 @@ table gets it built on its next ingest.
 from __future__ import annotations
 
 import shutil
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from pipelines.decode.records import encode_key, encode_value
+from pipelines.ingest import IngestReport, process_batch
 from pipelines.lake.engines import DeltaRsEngine
 from pipelines.sources.record_batches.writer import SegmentWriter
 from pipelines.state import audit, last_ended
+from pipelines.state.topics import store_cluster_names
 from tests.conftest import table_rows
 from tests.test_audit import raw_records
 from tests.test_state_exact import ingest_split
@@ -127,8 +130,6 @@ def test_a_lake_from_before_the_table_gets_it_built(raw: pa.Table, one: Path, tm
     """The first batches ingested, the table removed (a lake written before it existed),
     then the rest: the next batch is audited from every row and builds the table, the one
     after reads it, and both the audit and the table equal a one-batch run's."""
-    from pipelines.ingest import IngestReport, process_batch
-
     lake = tmp_path / "lake"
     ingest_split(raw.slice(0, 8), lake, [3, 5])
     shutil.rmtree(lake / last_ended.TABLE)
@@ -210,11 +211,6 @@ def test_a_topic_named_by_a_snapshot_renames_its_last_ended_interval(tmp_path: P
     """The same log without the name record: a snapshot names the id (topics.store_cluster_names);
     the table then holds k's interval under the name, as an in-log name leaves it, and the
     next batch's commit on the name finds it."""
-    from datetime import datetime, timezone
-
-    from pipelines.ingest import IngestReport, process_batch
-    from pipelines.state.topics import store_cluster_names
-
     data = tmp_path / "data"
     with SegmentWriter(data, 0) as w:
         for i, rec in enumerate(NAMED[:13] + NAMED[14:]):
@@ -234,10 +230,6 @@ def test_a_topic_named_by_a_snapshot_renames_its_last_ended_interval(tmp_path: P
 def test_a_snapshot_on_a_lake_from_before_the_table_builds_it_renamed(tmp_path: Path) -> None:
     """A lake from before the table, whose first write to it is a snapshot naming the id:
     the table is built with the snapshot's renames applied (they are merged after it)."""
-    from datetime import datetime, timezone
-
-    from pipelines.state.topics import store_cluster_names
-
     data = tmp_path / "data"
     with SegmentWriter(data, 0) as w:
         for i, rec in enumerate(NAMED[:13]):

@@ -52,24 +52,22 @@ def rows(engine: DeltaEngine, groups: set[tuple[str, str]]) -> pa.Table:
 
 def _ended_last(gens: pa.Table) -> pa.Table:
     """Of ``group_generations`` rows, the ended ones, the one that started last per key
-    (among equal starts, the later row)."""
+    (among equal starts, the later row: the sort is stable)."""
     gens = gens.filter(pc.is_valid(gens.column("valid_to_offset")))
     if gens.num_rows == 0:
         return gens
-    ranked = gens.append_column("_rank", pa.array(np.arange(gens.num_rows, dtype=np.int64)))
-    best = ranked.group_by(list(KEY), use_threads=False).aggregate([("valid_from_offset", "max")])
-    joined = ranked.join(best, list(KEY), use_threads=False)
-    top = joined.filter(pc.equal(joined.column("valid_from_offset"), joined.column("valid_from_offset_max")))
-    last = top.group_by(list(KEY), use_threads=False).aggregate([("_rank", "max")])
-    return gens.take(np.sort(last.column("_rank_max").to_numpy()))
+    ordered = gens.take(pc.sort_indices(gens, [("valid_from_offset", "ascending")]))
+    ranked = ordered.append_column("_rank", pa.array(np.arange(ordered.num_rows, dtype=np.int64)))
+    last = ranked.group_by(list(KEY), use_threads=False).aggregate([("_rank", "max")])
+    return ordered.take(np.sort(last.column("_rank_max").to_numpy()))
 
 
-def _change_set(table: pa.Table, now: datetime) -> pa.Table:
+def _change_set(table: pa.Table, now: datetime, op: str = "upsert") -> pa.Table:
     schema = contract(TABLE).arrow_schema
     n = table.num_rows
     columns = {c: table.column(c) for c in (*KEY, *INTERVAL)} | {"updated_at": pa.array([now] * n, TS)}
     table = pa.table({f.name: columns[f.name].cast(f.type) for f in schema}, schema=schema)
-    return table.append_column(OP, pa.array(["upsert"] * n, pa.string()))
+    return table.append_column(OP, pa.array([op] * n, pa.string()))
 
 
 def update(engine: DeltaEngine, generations: pa.Table | None, app_id: str, version: int,
@@ -127,10 +125,7 @@ def _changes(engine: DeltaEngine, generations: pa.Table, now: datetime) -> pa.Ta
     if not gone.num_rows:
         return upserts
     deleted = deleted.filter(pc.invert(pc.is_in(_joined(deleted), value_set=_joined(new))))
-    if deleted.num_rows == 0:
-        return upserts
-    deletes = _change_set(deleted, now).drop_columns([OP])
-    return pa.concat_tables([upserts, deletes.append_column(OP, pa.array(["delete"] * deleted.num_rows, pa.string()))])
+    return pa.concat_tables([upserts, _change_set(deleted, now, "delete")]) if deleted.num_rows else upserts
 
 
 def _joined(table: pa.Table, key: list[str] | tuple[str, ...] = KEY) -> pa.Array:
