@@ -50,3 +50,16 @@ def test_latest_changes_equal_the_old_build(source: str, cuts: int,
         assert new.to_pylist() == old.to_pylist()
         compared += sum(v is not None for v in new.column("value_json").to_pylist())
     assert compared > 0, "no group record value was compared"
+
+
+@pytest.mark.parametrize("source", ["heavy", "golden/scenario-d/segments"])
+def test_latest_changes_pick_by_log_position_not_by_list_order(source: str,
+                                                               generated: dict[str, Path]) -> None:
+    """The winner per key is the record at the greatest log position, however the batch's
+    records are ordered (here: last position first)."""
+    raw = pa.Table.from_batches(list(read_arrow(_source(source, generated), cluster_id="c1")))
+    batch = build_history(raw, 0, NOW).state_input()
+    batch.group_records.reverse()
+    new = _latest_group_record_changes(batch, NOW)
+    assert new.to_pylist() == latest_group_record_changes(batch, NOW).to_pylist()
+    assert sum(v is not None for v in new.column("value_json").to_pylist()) > 0

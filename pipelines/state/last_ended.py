@@ -52,14 +52,20 @@ def rows(engine: DeltaEngine, groups: set[tuple[str, str]]) -> pa.Table:
 
 def _ended_last(gens: pa.Table) -> pa.Table:
     """Of ``group_generations`` rows, the ended ones, the one that started last per key
-    (among equal starts, the later row: the sort is stable)."""
-    gens = gens.filter(pc.is_valid(gens.column("valid_to_offset")))
+    (among equal starts, the later row: the sort is stable), in the order of their starts.
+
+    Ranked and grouped where the rows lie, an open row ranked below every ended one: no
+    column is copied but the winners' (a group-heavy batch's change set: ~300k rows)."""
     if gens.num_rows == 0:
         return gens
-    ordered = gens.take(pc.sort_indices(gens, [("valid_from_offset", "ascending")]))
-    ranked = ordered.append_column("_rank", pa.array(np.arange(ordered.num_rows, dtype=np.int64)))
-    last = ranked.group_by(list(KEY), use_threads=False).aggregate([("_rank", "max")])
-    return ordered.take(np.sort(last.column("_rank_max").to_numpy()))
+    order = pc.sort_indices(gens.column("valid_from_offset")).to_numpy()
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    rank[~gens.column("valid_to_offset").is_valid().to_numpy(zero_copy_only=False)] = -1
+    ranked = gens.select(list(KEY)).append_column("_rank", pa.array(rank))
+    best = ranked.group_by(list(KEY), use_threads=False).aggregate([("_rank", "max")])
+    best = np.sort(best.column("_rank_max").to_numpy())
+    return gens.take(order[best[best >= 0]])
 
 
 def _change_set(table: pa.Table, now: datetime, op: str = "upsert") -> pa.Table:
