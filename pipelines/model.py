@@ -99,6 +99,23 @@ def micros_of(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
 EVERY_RECORD_TYPES = frozenset({2, 3, 4, 5, 8, 9, 11, 17, 18, 19, 22, 23})
 
 
+def last_record_indices(records: list[GroupRecord], skipped: frozenset[int] = frozenset()) -> set[int]:
+    """Indices of the record at the greatest log position per (cluster, group, type, member),
+    records of the ``skipped`` types left out; of two at one position the later in the list
+    wins, as ``pipelines.state.offsets.last_per_key``'s stable log-order sort ranks them."""
+    last: dict[tuple, int] = {}
+    for i, g in enumerate(records):
+        r = g.record
+        if r.record_type in skipped:
+            continue
+        key = (g.cluster_id, g.group_id, r.record_type, r.subkey)
+        j = last.get(key)
+        if j is None or (r.offsets_partition, r.offset) >= (records[j].record.offsets_partition,
+                                                            records[j].record.offset):
+            last[key] = i
+    return set(last.values())
+
+
 def state_records(records: list[GroupRecord]) -> list[GroupRecord]:
     """The group records the state tables can depend on: every record of
     :data:`EVERY_RECORD_TYPES`, and of the other types (KIP-848 and streams target
@@ -108,18 +125,9 @@ def state_records(records: list[GroupRecord]) -> list[GroupRecord]:
     the state is built from; a group-heavy batch rewrites a target-assignment record per
     member and rebalance, a third of its group records (benchmarks/group_heavy.py).
     Order is kept."""
-    last: dict[tuple, int] = {}
-    for i, g in enumerate(records):
-        r = g.record
-        if r.record_type not in EVERY_RECORD_TYPES:
-            key = (g.cluster_id, g.group_id, r.record_type, r.subkey)
-            j = last.get(key)
-            if j is None or (r.offsets_partition, r.offset) > (records[j].record.offsets_partition,
-                                                               records[j].record.offset):
-                last[key] = i
-    if not last:
+    kept = last_record_indices(records, skipped=EVERY_RECORD_TYPES)
+    if not kept:
         return records
-    kept = set(last.values())
     return [g for i, g in enumerate(records) if g.record.record_type in EVERY_RECORD_TYPES or i in kept]
 
 

@@ -111,9 +111,16 @@ def test_replay_equals_the_old_one_on_real_broker_records(scenario: str) -> None
         assert any(_replay_in_two(evs, {}))
 
 
-def test_replay_equals_the_old_one_on_a_group_heavy_history(tmp_path: Path) -> None:
+def _source(scenario: str, tmp_path: Path) -> Path:
+    """A golden recording's segments, or ("generated") a group-heavy history written here."""
+    if scenario != "generated":
+        return corpus_path("golden", scenario)
     generate_cluster(tmp_path / "data", num_partitions=2, seed=3, live=False, group_heavy=6)
-    events = _events(tmp_path / "data")
+    return tmp_path / "data"
+
+
+def test_replay_equals_the_old_one_on_a_group_heavy_history(tmp_path: Path) -> None:
+    events = _events(_source("generated", tmp_path))
     kinds = {rec.record_type for evs in events.values() for _, rec in evs}
     assert {2, 5, 8} <= kinds  # classic generations, KIP-848 members and their assignments
     for evs in events.values():
@@ -128,11 +135,7 @@ def test_replay_equals_the_old_one_on_records_it_already_replayed(scenario: str,
     whose rows the lake already holds: a record reopens an interval the stored rows have,
     after an earlier record closed it, and the change set must still name each interval
     once (a MERGE refuses a target row matched twice)."""
-    if scenario == "generated":
-        generate_cluster(tmp_path / "data", num_partitions=2, seed=3, live=False, group_heavy=6)
-        source = tmp_path / "data"
-    else:
-        source = corpus_path("golden", scenario)
+    source = _source(scenario, tmp_path)
     reopened = 0
     for evs in _events(source).values():
         first = _both([], evs, {}, "c1", NOW, {}, [], {})
@@ -155,11 +158,7 @@ def _metadata_last(events: list) -> list:
 @pytest.mark.parametrize("scenario", ["scenario-a", "scenario-d", "generated"])
 def test_replay_equals_the_old_one_when_metadata_comes_after_assignments(
         scenario: str, tmp_path: Path) -> None:
-    if scenario == "generated":
-        generate_cluster(tmp_path / "data", num_partitions=2, seed=3, live=False, group_heavy=6)
-        source = tmp_path / "data"
-    else:
-        source = corpus_path("golden", scenario)
+    source = _source(scenario, tmp_path)
     filled = 0
     for evs in _events(source).values():
         late = _metadata_last(evs)

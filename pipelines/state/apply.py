@@ -20,7 +20,7 @@ from pipelines.decode.jsonify import dumps
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter, distinct_keys
-from pipelines.model import OP, GroupRecord, LatestRecord, StateInput, micros_of
+from pipelines.model import OP, LatestRecord, StateInput, last_record_indices, micros_of
 from pipelines.state import topics
 from pipelines.state.generations import (
     REPLAYED_TYPES,
@@ -189,22 +189,6 @@ def _gen_key(r: dict) -> tuple:
     return tuple(r[k] for k in contract("group_generations").key)
 
 
-def _last_records(records: list[GroupRecord]) -> list[GroupRecord]:
-    """The record with the greatest log position per (cluster, group, type, subkey), in the
-    order given: :func:`last_per_key`'s winners, picked before any column is built (a
-    group-heavy batch holds hundreds of records per key; a later record of a tied position wins,
-    as the stable log-order sort ranks it)."""
-    last: dict[tuple, int] = {}
-    for i, g in enumerate(records):
-        r = g.record
-        key = (g.cluster_id, g.group_id, r.record_type, r.subkey)
-        j = last.get(key)
-        if j is None or (r.offsets_partition, r.offset) >= (records[j].record.offsets_partition,
-                                                            records[j].record.offset):
-            last[key] = i
-    return [records[i] for i in sorted(last.values())]
-
-
 def _latest_group_record_changes(batch: StateInput, now: datetime) -> pa.Table:
     """Change set for ``group_records_latest``: the last record per key, and per group its
     last non-tombstone offset commit (record type 1).
@@ -213,7 +197,8 @@ def _latest_group_record_changes(batch: StateInput, now: datetime) -> pa.Table:
     batch holds many records per key (a member's every epoch), and only the winners' values
     are stored, so only they are encoded."""
     schema = contract("group_records_latest").arrow_schema
-    winners = _last_records(batch.group_records)
+    # the winners first (a group-heavy batch holds hundreds of records per key), then columns
+    winners = [batch.group_records[i] for i in sorted(last_record_indices(batch.group_records))]
     recs = [g.record for g in winners]
     n = len(recs)
     table = pa.table({
