@@ -203,54 +203,113 @@ def _after_deletion(commits: pa.Table, events: list[tuple[str, str, Any]], curso
     was a tombstone and the pending deletion's position; appended to ``new_cursor``.
     """
     before = {(r["cluster_id"], r["group_id"]): r for r in cursor if r["partition"] < 0}
-    state = {k: {"deleted_at": r["group_deleted_at"], "offsets_deleted": bool(r["offsets_deleted"])}
-             for k, r in before.items()}
+    # group -> (pending deletion's position or None, was its last offset record a tombstone)
+    state = {k: (r["group_deleted_at"], bool(r["offsets_deleted"])) for k, r in before.items()}
     # the log-order walk is only needed where a deletion is pending or a group tombstone lands
     # (rare); elsewhere a group record only clears a deletion there is none of
-    detailed = {k for k, v in state.items() if v["deleted_at"] is not None} | {
+    detailed = {k for k, (at, _) in state.items() if at is not None} | {
         (c, g) for c, g, r in events if r.is_tombstone}
     for c, g, _ in events:
-        state.setdefault((c, g), {"deleted_at": None, "offsets_deleted": False})
-    out = []
+        state.setdefault((c, g), (None, False))
     if commits.num_rows:  # every group: was its last offset record of the batch a tombstone?
         for key, deleted in _last_is_tombstone(commits).items():
             if key not in detailed:
-                state[key] = {"deleted_at": None, "offsets_deleted": deleted}
-    if detailed:
-        mine, rows = _of_groups(commits, detailed)
-        # (cluster, group, offsets partition, position, is commit, commit row or tombstone flag);
-        # a commit's row becomes a dict only when it is flagged
-        columns = [mine.column(n).to_pylist() for n in ("cluster_id", "group_id", "offsets_partition",
-                                                         "offset", "is_tombstone")]
-        items: list[tuple] = [(c, g, p, o, 1, (i, t))
-                              for i, (c, g, p, o, t) in enumerate(zip(*columns, strict=True))]
-        items += [(c, g, r.offsets_partition, r.offset, 0, r.is_tombstone) for c, g, r in events]
-        items.sort(key=lambda t: t[:4])
-        for cluster_id, group_id, _p, position, is_commit, what in items:
-            st = state.setdefault((cluster_id, group_id), {"deleted_at": None, "offsets_deleted": False})
-            if not is_commit:
-                st["deleted_at"] = position if what and st["offsets_deleted"] else None
-            elif what[1]:
-                st["offsets_deleted"] = True
-            else:
-                st["offsets_deleted"] = False
-                if st["deleted_at"] is not None:
-                    who, member = attributed.at(rows[what[0]:what[0] + 1])
-                    commit = mine.slice(what[0], 1).to_pylist()[0]
-                    commit.update(attribution=who[0], member_id=member[0])
-                    out.append(anomaly_row("commit_after_group_deleted", commit, now, "ingest",
-                                           reason=KINDS["commit_after_group_deleted"][1]
-                                           + f" (tombstone at offset {st['deleted_at']})"))
-                    st["deleted_at"] = None
-    for (cluster_id, group_id), st in sorted(state.items()):
+                state[key] = (None, deleted)
+    out = _deletion_walk(commits, events, sorted(detailed), state, attributed, now) if detailed else []
+    for (cluster_id, group_id), (deleted_at, offsets_deleted) in sorted(state.items()):
         old = before.get((cluster_id, group_id))
-        if old is not None and old["group_deleted_at"] == st["deleted_at"] \
-                and bool(old["offsets_deleted"]) == st["offsets_deleted"]:
+        if old is not None and old["group_deleted_at"] == deleted_at \
+                and bool(old["offsets_deleted"]) == offsets_deleted:
             continue
         new_cursor.append({"cluster_id": cluster_id, "group_id": group_id, "topic": "", "partition": -1,
                            "last_offset": None, "last_leader_epoch": None, "last_position": None,
-                           "group_deleted_at": st["deleted_at"], "offsets_deleted": st["offsets_deleted"],
+                           "group_deleted_at": deleted_at, "offsets_deleted": offsets_deleted,
                            "updated_at": now})
+    return out
+
+
+def _deletion_walk(commits: pa.Table, events: list[tuple[str, str, Any]], groups: list[tuple[str, str]],
+                   state: dict[tuple[str, str], tuple[int | None, bool]], attributed: LiveAttribution,
+                   now: datetime) -> list[dict[str, Any]]:
+    """The log-order walk of ``groups``' commits and group records, as arrays: the anomalies,
+    and each group's state after the batch written back into ``state``.
+
+    Per group the walk is a two-variable machine. An offset record sets "offsets deleted"
+    (tombstone: yes, commit: no); a group record sets the pending deletion (its position if
+    it is a tombstone and the offsets were deleted, else none); a commit clears it, flagged
+    if one was pending. So each row's state is that of the last row of the right kind
+    before it in its group, found by running maxima of row numbers, and only the flagged
+    commits become Python objects. A group deleted and recreated in a batch brings all its
+    commits into the walk (a row each in Python, it took 0.53-0.73 s per 2.8M commits of the
+    10M history and per 1.2M of the group-heavy one; 0.11-0.19 s now)."""
+    at_group = {k: i for i, k in enumerate(groups)}
+    mine, rows = _of_groups(commits, set(groups))
+    c_group = np.zeros(0, np.int64)
+    if mine.num_rows:  # each commit's group, numbered as in ``groups``
+        sorted_ids, commit_ids = key_ids(
+            [pa.array([c for c, _ in groups], pa.string()), pa.array([g for _, g in groups], pa.string())],
+            [mine.column("cluster_id"), mine.column("group_id")])
+        number = np.zeros(int(sorted_ids.max()) + 1, np.int64)
+        number[sorted_ids] = np.arange(len(groups))
+        c_group = number[commit_ids]
+    mine_ev = [(at_group[(c, g)], r.offsets_partition, r.offset, r.is_tombstone)
+               for c, g, r in events if (c, g) in at_group]
+    ev = np.array(mine_ev, np.int64).reshape(-1, 4)
+    m = mine.num_rows
+    group = np.r_[c_group, ev[:, 0]]
+    is_commit = np.r_[np.ones(m, bool), np.zeros(len(ev), bool)]
+    tomb = np.r_[pc.fill_null(mine.column("is_tombstone"), False).to_numpy(zero_copy_only=False).astype(bool),
+                 ev[:, 3].astype(bool)]
+    position = np.r_[mine.column("offset").to_numpy().astype(np.int64), ev[:, 2]]
+    partition = np.r_[mine.column("offsets_partition").to_numpy().astype(np.int64), ev[:, 1]]
+    order = np.lexsort((position, partition, group))  # stable: a commit before a record at a tie
+    n = len(order)
+    if not n:
+        return []
+    group, is_commit, tomb, position = group[order], is_commit[order], tomb[order], position[order]
+    numbers = np.arange(n)
+    start = np.maximum.accumulate(np.where(np.r_[True, group[1:] != group[:-1]], numbers, 0))
+    known0 = np.array([state[k][0] is not None for k in groups], bool)
+    at0 = np.array([state[k][0] or 0 for k in groups], np.int64)
+    deleted0 = np.array([state[k][1] for k in groups], bool)
+
+    def last(kind: np.ndarray) -> np.ndarray:
+        """Per row, the last row of ``kind`` up to and including it in its group (-1: none)."""
+        found = np.maximum.accumulate(np.where(kind, numbers, -1))
+        return np.where(found >= start, found, -1)
+
+    def before(found: np.ndarray) -> np.ndarray:
+        """``last(...)`` of the row before, in the same group (-1 at a group's first row)."""
+        out = np.r_[-1, found[:-1]]
+        return np.where(out >= start, out, -1)
+
+    offset_rec = last(is_commit)
+    deleted = np.where(before(offset_rec) >= 0, tomb[np.maximum(before(offset_rec), 0)], deleted0[group])
+    live = is_commit & ~tomb
+    pends = ~is_commit & tomb & deleted  # a group record that leaves a deletion pending
+    setter = last(~is_commit | live)
+    prev = before(setter)
+    pending = np.where(prev >= 0, pends[np.maximum(prev, 0)], known0[group])
+    pending_at = np.where(prev >= 0, position[np.maximum(prev, 0)], at0[group])
+    out = []
+    flagged = np.flatnonzero(live & pending)
+    if len(flagged):
+        picked = order[flagged]  # rows of ``mine``: commits come first in the concatenation
+        who, member = attributed.at(rows[picked])
+        for commit, w, mem, at in zip(_rows_at(mine, picked).to_pylist(), who, member,
+                                      pending_at[flagged].tolist(), strict=True):
+            commit.update(attribution=w, member_id=mem)
+            out.append(anomaly_row("commit_after_group_deleted", commit, now, "ingest",
+                                   reason=KINDS["commit_after_group_deleted"][1] + f" (tombstone at offset {at})"))
+    ends = np.r_[group[1:] != group[:-1], True]
+    for i in np.flatnonzero(ends).tolist():
+        key, s, o = groups[group[i]], setter[i], offset_rec[i]
+        at, was_deleted = state[key]
+        if s >= 0:
+            at = int(position[s]) if pends[s] else None
+        if o >= 0:
+            was_deleted = bool(tomb[o])
+        state[key] = (at, was_deleted)
     return out
 
 
