@@ -1241,3 +1241,75 @@ def test_unique_offsets_equals_log_records(public_corpus: Path) -> None:
         assert union.equals(pa.Table.from_batches(want, schema=RAW_ARROW_SCHEMA)), plog.directory
         deduplicated += union.num_rows < table.num_rows
     assert deduplicated > 10
+
+
+def _control_mix() -> bytes:
+    """Data and transaction-marker batches: markers as the coordinator writes them, and
+    control batches no coordinator writes (other types, negative ones, short and null keys,
+    two records, none, compressed), between plain and transactional data."""
+    ts = 1_795_000_000_000
+    marker_value = struct.pack(">hi", 0, 3)
+
+    def control(offset: int, keys: list[bytes | None], compression: str = "none") -> bytes:
+        recs = [NewRecord(offset + i, ts + i, k, marker_value) for i, k in enumerate(keys)]
+        return encode_batch(recs, base_offset=offset, producer_id=7, producer_epoch=1,
+                            is_transactional=True, is_control=True, compression=compression,
+                            last_offset_delta=max(len(keys) - 1, 0))
+
+    def data(offset: int, transactional: bool) -> bytes:
+        return encode_batch([NewRecord(offset, ts, b"\x00\x01k", b"\x00\x03v")], base_offset=offset,
+                            producer_id=7 if transactional else -1, producer_epoch=1 if transactional else -1,
+                            is_transactional=transactional)
+
+    return b"".join([
+        data(0, False), data(1, True),
+        encode_control_batch("COMMIT", offset=2, producer_id=7, producer_epoch=1, timestamp=ts),
+        data(3, True),
+        encode_control_batch("ABORT", offset=4, producer_id=7, producer_epoch=1, timestamp=ts),
+        control(5, [struct.pack(">hh", 0, 5)]), control(6, [struct.pack(">hh", 0, -3)]),
+        control(7, [struct.pack(">hh", 0, -32768)]), control(8, [b"\x00\x01"]), control(9, [None]),
+        control(10, [struct.pack(">hh", 0, 1), struct.pack(">hh", 0, 0)]), control(12, []),
+        control(13, [struct.pack(">hh", 0, 1)], compression="gzip"),
+        data(14, False),
+    ])
+
+
+@pytest.mark.parametrize("rows_per_batch", [3, 1000])
+def test_control_batches_take_the_vector_path_and_read_as_the_exact_reader_does(
+        rows_per_batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Uncompressed control batches are decoded with the data batches' rounds (a
+    transactional history writes a marker batch per transaction: the 10M generated one 40k),
+    their type read from the key as ``framing.control_type_of`` reads it; the full read and
+    the index read give the exact reader's rows. Only the compressed one (no broker writes
+    it) is left to the exact decoder."""
+    blob = _control_mix()
+    calls = []
+    exact = arrow_decode.decode_v2_batch
+
+    def counted(data: bytes, mv: memoryview, pos: int, *rest: Any) -> Any:
+        calls.append(pos)
+        return exact(data, mv, pos, *rest)
+
+    monkeypatch.setattr(arrow_decode, "decode_v2_batch", counted)
+    assert assert_fast_decodes_like_exact(blob, rows_per_batch=rows_per_batch) == []
+    assert len(calls) == 1  # the gzip control batch alone
+    got = pa.Table.from_batches(arrow_reader.bytes_to_arrow(blob, cluster_id="c"))
+    assert got.column("control_type").to_pylist() == [
+        None, None, "COMMIT", None, "ABORT", "UNKNOWN(5)", "UNKNOWN(-3)", "UNKNOWN(-32768)",
+        "UNKNOWN(-1)", "UNKNOWN(-1)", "COMMIT", "ABORT", "COMMIT", None]
+    assert got.column("is_control").to_pylist() == [False, False, True, False, True, *[True] * 8, False]
+
+
+def test_an_index_read_gives_the_control_types_of_the_full_read(tmp_path: Path) -> None:
+    """Planning reads control types from the index alone (which transactions aborted)."""
+    from pipelines.sources.raw import INDEX_ARROW_SCHEMA
+
+    where = tmp_path / "__consumer_offsets-0"
+    where.mkdir()
+    (where / "00000000000000000000.log").write_bytes(_control_mix())
+    [plog] = find_segments(tmp_path)
+    full = pa.Table.from_batches(arrow_reader.read_segments_arrow(plog.segments), schema=RAW_ARROW_SCHEMA)
+    light = pa.Table.from_batches(arrow_reader.index_segments_arrow(plog.segments), schema=INDEX_ARROW_SCHEMA)
+    assert light.num_rows == full.num_rows == 14
+    for name in ("offset", "producer_id", "is_transactional", "is_control", "control_type", "source_position"):
+        assert light.column(name).equals(full.column(name)), name

@@ -19,7 +19,9 @@ the batch is replaced in the group buffer by a synthetic uncompressed copy, its 
 with the codec bits cleared followed by the decompressed records (:func:`_inflate`); its
 columns still report the batch as written (compression, attributes, position).
 
-A batch the vector path does not fully validate (control, not decompressable, record headers,
+Control batches (transaction markers) take the same rounds; a control record's type is read
+from its key's bytes 2-3 as ``framing.control_type_of`` reads it. A batch the vector path
+does not fully validate (compressed control batches, not decompressable, record headers,
 varints over 9 bytes, a record that does not fill its declared length, extreme offsets or
 timestamps, very long batches) is decoded by the exact ``decode_v2_batch`` instead, at its
 place, with its Problems.
@@ -56,8 +58,10 @@ __all__ = ["build_group"]
 # Padding after the group buffer: varint reads look up to 8 bytes past a (clamped) position,
 # and the 61-byte header window view needs a buffer at least that long even when empty.
 _PAD = bytes(64)
-# Control, or still compressed after _inflate (not decompressable): decoded by the exact path.
-_ATTR_NOT_FAST = ATTR_CODEC | ATTR_CONTROL
+# Still compressed after _inflate (a control batch, or not decompressable): the exact path.
+_ATTR_NOT_FAST = ATTR_CODEC
+#: control record type -> name, as framing.control_type_of names them
+_CONTROL_NAMES = {0: "ABORT", 1: "COMMIT"}
 _ATTRS_LOW = 22  # the low byte of the int16 attributes in a v2 header: codec and control bits
 _LIMIT = 1 << 62  # |base offset|, |base timestamp| bound: sums with deltas cannot overflow
 _TS_TYPE = RAW_ARROW_SCHEMA.field("timestamp").type
@@ -317,7 +321,7 @@ def _batch_columns(g: _Group, b: _Batches) -> None:
         "producer_epoch": per_batch(hdr["epoch"], "producer_epoch", np.int16),
         "is_transactional": per_batch((attrs & ATTR_TRANSACTIONAL) != 0, "is_transactional",
                                       np.bool_),
-        "is_control": per_batch(np.zeros(nfast, bool), "is_control", np.bool_),
+        "is_control": per_batch((attrs & ATTR_CONTROL) != 0, "is_control", np.bool_),
         "partition_leader_epoch": per_batch(hdr["leader_epoch"], "partition_leader_epoch",
                                             np.int32),
         "magic": per_batch(np.full(nfast, 2, np.int8), "magic", np.int8),
@@ -367,8 +371,10 @@ def _vector_rows(g: _Group, row_start: np.ndarray, nrows: int, offsets_only: boo
 
     rows = row_start[g.fast_ord[cand]] + cat(rounds.k)
     offset[rows] = hdr["base"][cand] + cat(rounds.off_delta)
+    names = _control_rows(g, hdr["attrs"][cand] & ATTR_CONTROL != 0, rows, cat(rounds.key_start),
+                          cat(rounds.key_len), control)
     if offsets_only:
-        return _Rows(offset, timestamp, none, none, none, none, none, control)
+        return _Rows(offset, timestamp, none, none, none, none, none, control, names)
     timestamp[rows] = np.where(
         hdr["attrs"][cand] & ATTR_TIMESTAMP_TYPE,
         hdr["max_ts"][cand],
@@ -391,7 +397,23 @@ def _vector_rows(g: _Group, row_start: np.ndarray, nrows: int, offsets_only: boo
 
     return _Rows(offset, timestamp, fast_rows,
                  in_row_order(rounds.key_start), in_row_order(rounds.key_len),
-                 in_row_order(rounds.value_start), in_row_order(rounds.value_len), control)
+                 in_row_order(rounds.value_start), in_row_order(rounds.value_len), control, names)
+
+
+def _control_rows(g: _Group, is_control: np.ndarray, rows: np.ndarray, key_start: np.ndarray,
+                  key_len: np.ndarray, control: np.ndarray) -> list[str]:
+    """The control type of the vector path's control records (``is_control``, at ``rows``),
+    coded into ``control``; returns the names the codes stand for. A key shorter than 4
+    bytes (or null) is "UNKNOWN(-1)", as in ``framing.control_type_of``."""
+    if not is_control.any():
+        return []
+    at, start, length = rows[is_control], key_start[is_control], key_len[is_control]
+    readable = length >= 4
+    where = np.where(readable, start + 2, 0)
+    kind = np.where(readable, (g.u[where].astype(np.int16) << 8) | g.u[where + 1], -1).astype(np.int16)
+    names, codes = np.unique(kind, return_inverse=True)
+    control[at] = codes
+    return [_CONTROL_NAMES.get(int(t), f"UNKNOWN({int(t)})") for t in names]
 
 
 def _exact_rows(g: _Group, b: _Batches, row_start: np.ndarray, r: _Rows) -> None:
@@ -407,7 +429,7 @@ def _exact_rows(g: _Group, b: _Batches, row_start: np.ndarray, r: _Rows) -> None
     r.timestamp[ex_rows] = [rec[1] if rec[1] >= 0 else -1 for rec in recs]
     r.keys_extra = [rec[3] for rec in recs]
     r.values_extra = [rec[4] for rec in recs]
-    codes: dict[str, int] = {}
+    codes = {name: i for i, name in enumerate(r.control_names)}  # the vector rows' codes first
     for row, rec in zip(ex_rows.tolist(), recs, strict=True):
         if rec[6] is not None:
             r.control[row] = codes.setdefault(rec[6], len(codes))
