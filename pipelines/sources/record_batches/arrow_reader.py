@@ -23,8 +23,8 @@ C-speed CRC32C per batch); everything else is numpy over all batches at once:
    file bytes whose offsets alternate gap/key/gap/key (no per-record bytes objects), batch
    facts are expanded with ``np.repeat``.
 
-A batch the vector path does not fully validate (control, not decompressable, record
-headers, varints over 9 bytes, a record that does not fill its declared length, extreme
+A batch the vector path does not fully validate (a compressed control batch, not decompressable,
+record headers, varints over 9 bytes, a record that does not fill its declared length, extreme
 offsets or timestamps, very long batches) and legacy magic 0/1 messages (pre-0.11 brokers)
 are decoded by the exact path instead, at their place, with their Problems. So the output equals ``batches_to_arrow(iter_batches(...))`` row for
 row, chunk boundaries and Problems included (tests/test_segments.py checks this on every
