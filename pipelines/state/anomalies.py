@@ -120,10 +120,8 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
         # start of the row's run), not a pandas grouped fill (a 7.8M-commit batch's sequence
         # checks: 2.17 -> 2.02 s)
         boundary = first | after_tomb
-        numbers = np.arange(len(k))
-        last_known = np.maximum.accumulate(np.where((epoch >= 0) & ~tomb, numbers, -1))
-        run_start = np.maximum.accumulate(np.where(boundary, numbers, 0))
-        filled = np.where(last_known >= run_start, epoch[np.maximum(last_known, 0)], np.nan)
+        last_known = _last_in_run((epoch >= 0) & ~tomb, _run_starts(boundary))
+        filled = np.where(last_known >= 0, epoch[np.maximum(last_known, 0)], np.nan)
         prev_epoch = np.r_[np.nan, filled[:-1]]
         prev_epoch[boundary] = np.nan
         live = real_o & ~tomb
@@ -273,27 +271,22 @@ def _deletion_walk(commits: pa.Table, events: list[tuple[str, str, Any]], groups
     if not n:
         return []
     group, is_commit, tomb, position = group[order], is_commit[order], tomb[order], position[order]
-    numbers = np.arange(n)
-    start = np.maximum.accumulate(np.where(np.r_[True, group[1:] != group[:-1]], numbers, 0))
+    start = _run_starts(np.r_[True, group[1:] != group[:-1]])
     known0 = np.array([state[k][0] is not None for k in groups], bool)
     at0 = np.array([state[k][0] or 0 for k in groups], np.int64)
     deleted0 = np.array([state[k][1] for k in groups], bool)
 
-    def last(kind: np.ndarray) -> np.ndarray:
-        """Per row, the last row of ``kind`` up to and including it in its group (-1: none)."""
-        found = np.maximum.accumulate(np.where(kind, numbers, -1))
-        return np.where(found >= start, found, -1)
-
     def before(found: np.ndarray) -> np.ndarray:
-        """``last(...)`` of the row before, in the same group (-1 at a group's first row)."""
+        """``found`` of the row before, in the same group (-1 at a group's first row)."""
         out = np.r_[-1, found[:-1]]
         return np.where(out >= start, out, -1)
 
-    offset_rec = last(is_commit)
-    deleted = np.where(before(offset_rec) >= 0, tomb[np.maximum(before(offset_rec), 0)], deleted0[group])
+    offset_rec = _last_in_run(is_commit, start)
+    prev_offset_rec = before(offset_rec)
+    deleted = np.where(prev_offset_rec >= 0, tomb[np.maximum(prev_offset_rec, 0)], deleted0[group])
     live = is_commit & ~tomb
     pends = ~is_commit & tomb & deleted  # a group record that leaves a deletion pending
-    setter = last(~is_commit | live)
+    setter = _last_in_run(~is_commit | live, start)
     prev = before(setter)
     pending = np.where(prev >= 0, pends[np.maximum(prev, 0)], known0[group])
     pending_at = np.where(prev >= 0, position[np.maximum(prev, 0)], at0[group])
@@ -317,6 +310,18 @@ def _deletion_walk(commits: pa.Table, events: list[tuple[str, str, Any]], groups
             was_deleted = bool(tomb[o])
         state[key] = (at, was_deleted)
     return out
+
+
+def _run_starts(boundary: np.ndarray) -> np.ndarray:
+    """Per row, the row its run starts at (``boundary``: the rows that start one)."""
+    return np.maximum.accumulate(np.where(boundary, np.arange(len(boundary)), 0))
+
+
+def _last_in_run(kind: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per row, the last row of ``kind`` up to and including it within its run (runs start
+    at ``start``, see :func:`_run_starts`); -1 where the run has none so far."""
+    found = np.maximum.accumulate(np.where(kind, np.arange(len(kind)), -1))
+    return np.where(found >= start, found, -1)
 
 
 def _rows_at(table: pa.Table, rows: np.ndarray) -> pa.Table:
