@@ -49,7 +49,8 @@ ROW_COLUMNS = ("group_id", "generation", "member_id", "topic", "partition", "gro
                "valid_from", "valid_to", "valid_from_offset", "valid_to_offset", "offsets_partition")
 _CLIENT, _VALID_TO, _VALID_FROM_OFFSET, _VALID_TO_OFFSET = 7, 11, 12, 13
 #: after the columns, a row's last cell: the ``is_open`` partition its stored version is in
-#: (a row not stored yet says True: no stored row has its interval, so it matches nothing)
+#: (a row not stored yet says True: no stored row has its interval, so it matches nothing;
+#: a row a record replayed again opened names the stored row of its interval, if read)
 _STORED = len(ROW_COLUMNS)
 #: the partition column and the change-set column naming where a changed row is stored
 STORED_COLUMN = stored_column("is_open")
@@ -216,6 +217,9 @@ class _Replay:
         self.changed: dict[tuple, Row] = {}  # by interval()
         # (group, member) -> KIP-848/streams rows without the member's metadata yet
         self.waiting: dict[tuple[str, str], list[Row]] = {}
+        # where each stored row the replay reads is, by interval: a record replayed again
+        # reopens a stored interval, and its row must name the partition the MERGE finds it in
+        self.stored_at = {interval(row): row[_STORED] for row in (*unfilled_rows, *open_rows)}
         opened = set()
         for row in open_rows:
             key = tuple(row[:6])
@@ -277,8 +281,9 @@ class _Replay:
         for key, attrs in new.items():
             if key in mine:
                 continue
-            row = [*key, *attrs, stamp, None, offset, None, partition, True]
-            mine[key] = changed[(*key, offset)] = row
+            at = (*key, offset)
+            row = [*key, *attrs, stamp, None, offset, None, partition, self.stored_at.get(at, True)]
+            mine[key] = changed[at] = row
             self._wait(row)
 
     def fill(self, group_id: str, member_id: str, info: dict[str, Any]) -> None:
