@@ -510,6 +510,26 @@ def test_a_batch_read_back_from_files_in_any_order_comes_in_log_order() -> None:
         ("a", 0, 3), ("a", 0, 4), ("a", 0, 9), ("a", 1, 2), *a1]  # interleaved: rows sorted
 
 
+def test_task_files_whose_partitions_ascend_across_files_are_put_in_order_without_a_sort() -> None:
+    """Two tasks' files as a 10M-record batch wrote them: the first ends with partition 3,
+    the second starts with partition 6 and ends with 4. Ordering the files' runs alone
+    (no row sort) already gives log order: the first file's last run and the second's first
+    are two runs, though the rows ascend from one to the other."""
+    import numpy as np
+
+    from pipelines.state.audit import _in_order, _runs_in_order
+
+    p = np.array([1, 1, 3, 3, 6, 6, 4, 4], np.int32)
+    o = np.array([5, 6, 2, 9, 1, 4, 7, 8], np.int64)
+    c = np.zeros(len(p), np.int64)
+    table = pa.table({"offsets_partition": p, "offset": o})
+    got, c2, p2, o2 = _runs_in_order(table, c, p, o)
+    assert _in_order(c2, p2, o2)
+    assert list(zip(p2.tolist(), o2.tolist(), strict=True)) == [(1, 5), (1, 6), (3, 2), (3, 9), (4, 7), (4, 8),
+                                                                (6, 1), (6, 4)]
+    assert got.column("offset").to_pylist() == o2.tolist()
+
+
 @pytest.mark.parametrize("keys", [50, 70_000])  # radix-sorted keys, and keys past 16 bits
 def test_rows_by_key_and_position_equal_a_lexsort(keys: int) -> None:
     """The sequence checks' row order: as ``np.lexsort((position, key))`` whether each
