@@ -321,3 +321,36 @@ def test_a_stored_row_filled_after_its_interval_reopened_is_the_row_kept() -> No
               ("g", LatestRecord(5, "m", False, {**meta, "client_id": "later"}, 0, 25, NOW))]
     rows = _both([], events, {}, "c1", NOW, {("g", "m"): meta}, [stored], {})
     assert [(r["client_id"], r["valid_to_offset"]) for r in rows] == [("later", 30)]
+
+
+def test_a_stored_interval_read_twice_is_changed_once() -> None:
+    """The same stored open row read twice (the lake holds it twice), waiting for its
+    member's metadata: the metadata and then a tombstone change one row, as the oracle
+    does, and the change set names the interval once (a MERGE refuses a target row
+    matched twice)."""
+    from pipelines.model import LatestRecord
+
+    spec = contract("group_generations")
+    row = {c: None for c in spec.column_names} | {
+        "cluster_id": "c1", "group_id": "g", "group_type": "consumer", "generation": 3, "member_id": "m",
+        "topic": "t", "partition": 0, "valid_from": NOW, "valid_from_offset": 5,
+        "is_open": True, "offsets_partition": 0, "updated_at": NOW}
+    meta = {"client_id": "c", "client_host": "/h", "instance_id": None, "subscribed_topic_names": ["t"]}
+    events = [("g", LatestRecord(5, "m", False, meta, 0, 19, NOW)), ("g", LatestRecord(8, "m", True, None, 0, 20, NOW))]
+    rows = _both([row, dict(row)], events, {}, "c1", NOW, {}, [row, dict(row)], {})
+    assert [(r["client_id"], r["valid_from_offset"], r["valid_to_offset"]) for r in rows] == [("c", 5, 20)]
+
+
+def test_one_groups_records_from_two_offsets_partitions_at_one_offset() -> None:
+    """A group's records in two offsets partitions (the log read as two partitions' copies):
+    the second partition's record reopens, at the same offset, the interval the first
+    partition's opened and closed. The change set names it once, as the later row (the
+    oracle's), never twice."""
+    from pipelines.model import LatestRecord
+
+    assignment = {"member_epoch": 1, "assigned_partitions": [{"topic_id": "t", "partitions": [0]}]}
+    events = [("g", LatestRecord(8, "m", False, assignment, 0, 5, 1_000)),
+              ("g", LatestRecord(8, "m", True, None, 0, 6, 2_000)),
+              ("g", LatestRecord(8, "m", False, assignment, 1, 5, 3_000))]
+    rows = _both([], events, {}, "c1", NOW, {}, [], {})
+    assert [(r["offsets_partition"], r["valid_from_offset"], r["valid_to_offset"]) for r in rows] == [(1, 5, None)]
