@@ -246,8 +246,9 @@ class _Replay:
         """Whether two changed rows may be one interval: a record replayed again reopens a
         stored row's (its offset is a stored row's start), records of one group come from
         two offsets partitions (their offsets may meet), or the lake holds an interval
-        twice. A record that comes twice opens nothing the second time. Then the rows are kept by interval; else in a
-        list, with no key built per row (a group-heavy batch changes ~1M rows)."""
+        twice (a record that comes twice opens nothing the second time). Then the rows are
+        kept by interval; else in a list, with no key built per row (a group-heavy batch
+        changes ~1M rows)."""
         if self.stored_twice:
             return True
         starts = {key[-1] for key in self.stored_at}
@@ -312,11 +313,11 @@ class _Replay:
         for key in [k for k in mine if k not in new]:
             row = mine.pop(key)
             row[_VALID_TO], row[_VALID_TO_OFFSET] = stamp, offset
-            if by_interval is None and not row[_CHANGED]:
+            if by_interval is not None:
+                by_interval[(*key, row[_VALID_FROM_OFFSET])] = row
+            elif not row[_CHANGED]:
                 row[_CHANGED] = True
                 changed.append(row)
-            elif by_interval is not None:
-                by_interval[(*key, row[_VALID_FROM_OFFSET])] = row
         for key, attrs in new.items():
             if key in mine:
                 continue
