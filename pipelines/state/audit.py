@@ -151,8 +151,8 @@ def _runs_in_order(table: pa.Table, c: np.ndarray, p: np.ndarray, o: np.ndarray
     file can end with a partition below the one the next file starts with, and a run
     spanning both would be put before runs of the partitions between (1M-commit batches
     of the 10M history were sorted row by row: 0.98 s each)."""
-    same = (np.diff(c) == 0) & (np.diff(p.astype(np.int64)) == 0)
-    starts = np.r_[0, np.flatnonzero(~_ascending(c, p, o) | ~same) + 1]
+    cut = (np.diff(c) != 0) | (np.diff(p.astype(np.int64)) != 0) | (np.diff(o) < 0)
+    starts = np.r_[0, np.flatnonzero(cut) + 1]
     if len(starts) > 4096:  # rows in no order to speak of: sorting them is as cheap
         return table, c, p, o
     ends = np.r_[starts[1:], len(o)]
