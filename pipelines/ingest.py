@@ -124,6 +124,9 @@ class IngestReport:
     problems: list[Problem] = field(default_factory=list)  # every one in the source, this run
     new_problems: int = 0  # of which first seen (and recorded in ingest_problems) this run
     empty_source: str | None = None  # why the source held nothing to read, if it did not
+    #: (cluster, offsets partition) -> the log end below which the state tables held this
+    #: run's records already (another query over the same log): added to the history only
+    already_applied: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def summary(self) -> dict:
         """What the CLI prints: counts per decode_status and every problem, by file."""
@@ -136,6 +139,8 @@ class IngestReport:
             "problems": [problem_json(p) for p in self.problems],
             "bytes_skipped": sum(p.length_skipped for p in self.problems),
             "new_problems": self.new_problems, "empty_source": self.empty_source,
+            "history_only_below": [{"cluster_id": c, "offsets_partition": p, "log_end": e}
+                                   for (c, p), e in sorted(self.already_applied.items())],
         }
 
     @property

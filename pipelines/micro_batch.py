@@ -35,7 +35,7 @@ from pipelines.state import last_ended
 from pipelines.state.apply import apply_state
 from pipelines.state.audit import audit_batch
 from pipelines.state.progress import TABLE as PROGRESS
-from pipelines.state.progress import record_progress
+from pipelines.state.progress import not_yet_applied, record_progress
 
 if TYPE_CHECKING:
     from pipelines.ingest import IngestReport
@@ -75,7 +75,14 @@ def commit_batch(engine: DeltaEngine, parts: list[HistoryPart], batch_id: int, a
             report.rows[name] += rows
     with no_cyclic_gc():
         state = combined_state(parts)
-        state_rows, ownership = apply_state(engine, state, app_id, batch_id, now)
+        # the audit cuts what it audited already by its own cursor: it takes the whole batch
+        fresh, applied = not_yet_applied(engine, state, app_id, batch_id)
+        for (cluster_id, partition), end in applied.items():
+            report.already_applied[(cluster_id, partition)] = end
+            log.info("batch %d: records of %s partition %d below offset %d are in the state tables "
+                     "already (another query over the same log): added to the history only",
+                     batch_id, cluster_id, partition, end)
+        state_rows, ownership = apply_state(engine, fresh, app_id, batch_id, now)
         audit_rows = audit_batch(engine, state, app_id, batch_id, now, ownership)  # after the state
         # after the audit, which reads it as the batches before left it
         if ended := last_ended.update(engine, ownership, app_id, batch_id, now):

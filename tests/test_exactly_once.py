@@ -6,12 +6,15 @@ On data the project generates (always) and on the golden scenario-a recording (w
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from pipelines.ingest import ingest_segments_local
 from pipelines.lake.engines import DeltaRsEngine
+from pipelines.sources.segments.files import find_segments
+from pipelines.sources.segments.index import index_partition
 from tests.conftest import corpus_path, table_rows
 from tests.support.generated import generated_scenario
 from tests.test_ingest import ALL_TABLES
@@ -132,6 +135,7 @@ def test_full_replay_writes_nothing(scenario: Path, clean_lake: Path, tmp_path: 
     before = {t: DeltaRsEngine(lake)._table(t).version() for t in ALL_TABLES}
     report = ingest(scenario, lake)
     assert report.skipped_batches == report.batches > 0
+    assert not report.already_applied  # its own batches again, not another query's records
     assert {t: DeltaRsEngine(lake)._table(t).version() for t in ALL_TABLES} == before
 
 
@@ -148,4 +152,58 @@ def test_engines_without_file_commits_write_the_same_tables(scenario: Path, clea
     lake = tmp_path / "lake"
     ingest(scenario, lake, AppendingEngine(lake))
     for table in ALL_TABLES:
+        assert table_rows(lake, table) == table_rows(clean_lake, table), table
+
+
+#: what a query writes whatever the lake holds: every record it reads, appended again
+HISTORY = ("offsets_raw", "offset_commits", "group_metadata")
+STATE = tuple(t for t in ALL_TABLES if t not in HISTORY)
+
+
+def test_another_query_over_the_same_log_leaves_the_state_as_a_clean_run(
+        scenario: Path, clean_lake: Path, tmp_path: Path) -> None:
+    """A fresh checkpoint (a new app id, batch ids from 0 again) replays the whole log into a
+    lake that holds it: the history takes the records again, the state tables keep what a
+    single run left. Before, the ownership replay closed the lake's open intervals at the
+    first old record and wrote every earlier interval a second time."""
+    lake = tmp_path / "lake"
+    ingest(scenario, lake)
+    again = ingest_segments_local(scenario / "segments", lake, app_id="another-query",
+                                  max_records_per_batch=1)
+    assert again.batches > 0 and again.already_applied  # every partition's records were held
+    for table in STATE:
+        assert table_rows(lake, table) == table_rows(clean_lake, table), table
+    for table in HISTORY:
+        assert len(table_rows(lake, table)) == 2 * len(table_rows(clean_lake, table)), table
+
+
+def _log_prefix(segments: Path, into: Path) -> int:
+    """A copy of ``segments`` whose busiest partition ends halfway, at a record batch's first
+    byte (a log that grew since: the rest is written later); how many of that partition's
+    records the copy keeps."""
+    shutil.copytree(segments, into)
+    plog = max(find_segments(into), key=lambda p: len(index_partition(p).offsets))
+    index = index_partition(plog)
+    run = len(index.run_row) // 2
+    file, cut = int(index.run_file[run]), int(index.run_pos[run])
+    for later in plog.segments[file + 1:]:
+        later.path.unlink()
+    with open(plog.segments[file].path, "r+b") as fh:
+        fh.truncate(cut)
+    return int(index.run_row[run])
+
+
+def test_another_query_over_a_grown_log_applies_only_the_new_records(
+        scenario: Path, clean_lake: Path, tmp_path: Path) -> None:
+    """A first query ingests the log as it was, a second one (its own checkpoint) the log as
+    it grew: its batch of the grown partition holds records on both sides of what the state
+    took, and the state tables equal a single run over the grown log."""
+    kept = _log_prefix(scenario / "segments", tmp_path / "prefix")
+    assert kept > 0
+    lake = tmp_path / "lake"
+    ingest_segments_local(tmp_path / "prefix", lake, app_id="the-first-query", max_records_per_batch=1)
+    again = ingest_segments_local(scenario / "segments", lake, app_id="another-query",
+                                  max_records_per_batch=1)
+    assert again.already_applied  # the partitions the first query read whole, at least
+    for table in STATE:
         assert table_rows(lake, table) == table_rows(clean_lake, table), table
