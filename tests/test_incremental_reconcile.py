@@ -189,3 +189,50 @@ def test_a_failing_history_check_is_validated_again(generated: Path, tmp_path: P
     assert right[0].passed and right[1].passed
     second = {o.table: o.element_count for o in right[1].outcomes if o.table in ("offset_commits", "group_metadata")}
     assert second == {"offset_commits": 0, "group_metadata": 0}  # nothing new since the first pass
+
+
+def _state_input(records: list[tuple[str, int, int]], commits: list[tuple[str, int, int]]):
+    """A batch's state input: group records and offset commits at (cluster, partition, offset)."""
+    from pipelines.lake.contracts import contract
+    from pipelines.model import GroupRecord, LatestRecord, StateInput
+
+    schema = contract("offset_commits").arrow_schema
+    rows = [{"cluster_id": c, "group_id": "g", "topic": "t", "partition": 0, "offsets_partition": p,
+             "offset": o, "is_tombstone": False} for c, p, o in commits]
+    return StateInput(pa.Table.from_pylist(rows, schema=schema),
+                      [GroupRecord(c, "g", LatestRecord(5, "m", False, {}, p, o)) for c, p, o in records])
+
+
+def test_not_yet_applied_cuts_exactly_the_records_below_each_log_end(tmp_path: Path) -> None:
+    """Records below their partition's log end are cut, every other one kept: another
+    cluster, another partition, a partition without a row, the log end itself; the group
+    records in log order (found by bisection) or not (then never a wrong cut)."""
+    engine = DeltaRsEngine(tmp_path)
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    spec = progress.contract(progress.TABLE)
+    engine.overwrite(spec, pa.Table.from_pylist(
+        [{"cluster_id": c, "offsets_partition": p, "log_end": e, "updated_at": now}
+         for c, p, e in (("a", 0, 10), ("a", 1, 3), ("b", 0, 5))], schema=spec.arrow_schema))
+    positions = sorted((c, p, o) for c in ("a", "b", "c") for p in (0, 1, 2) for o in (0, 2, 3, 4, 5, 9, 10, 11))
+    applied = {(c, p, o) for c, p, o in positions if o < {("a", 0): 10, ("a", 1): 3, ("b", 0): 5}.get((c, p), 0)}
+    for records in (positions, positions[::-1]):
+        batch = _state_input(records, positions[::3])
+        left, cut = progress.not_yet_applied(engine, batch, "app", 0)
+        kept = [(g.cluster_id, g.record.offsets_partition, g.record.offset) for g in left.group_records]
+        if records is positions:
+            assert kept == [x for x in records if x not in applied]
+            assert cut == {("a", 0): 10, ("a", 1): 3, ("b", 0): 5}
+        else:  # out of order: a record is cut only if it is below its log end
+            assert set(records) - set(kept) <= applied
+        commits = list(zip(*(left.offset_commits.column(n).to_pylist()
+                             for n in ("cluster_id", "offsets_partition", "offset")), strict=True))
+        assert commits == [x for x in positions[::3] if x not in applied]
+    # out of order, a bisection's slice can hold another partition's record: it stays
+    odd = [("a", 0, 0), ("b", 0, 3), ("a", 2, 0)]
+    left, cut = progress.not_yet_applied(engine, _state_input(odd, []), "app", 0)
+    assert ("a", 2, 0) in [(g.cluster_id, g.record.offsets_partition, g.record.offset) for g in left.group_records]
+    # the batch whose own progress row landed (a replay after a crash) is left whole
+    engine.merge(spec, pa.Table.from_pylist([{"cluster_id": "a", "offsets_partition": 0, "log_end": 10,
+                                              "updated_at": now, "_op": "upsert"}]), "app", 7)
+    batch = _state_input(positions, positions)
+    assert progress.not_yet_applied(engine, batch, "app", 7) == (batch, {})
