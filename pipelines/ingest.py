@@ -344,7 +344,18 @@ def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> I
     if query.exception() is not None:
         raise RuntimeError(f"ingest query failed: {query.exception()}")
     _source_facts(cfg, identity, engine, report, fresh)
+    warn_history_only(report)
     return report
+
+
+def warn_history_only(report: IngestReport) -> None:
+    """One warning when the run read records whose state the lake holds already (a fresh or
+    lost checkpoint over a log the lake has): the history tables hold them twice now."""
+    if report.already_applied:
+        where = ", ".join(f"{c} partition {p} below offset {e}" for (c, p), e in sorted(report.already_applied.items()))
+        log.warning("this run read records the lake holds already (its checkpoint is new to them: a "
+                    "replay, or a checkpoint lost since the last run): the history tables took them "
+                    "again, the state tables did not (%s); keep --checkpoint between runs", where)
 
 
 def _source_facts(cfg: IngestConfig, identity: SourceIdentity, engine: DeltaEngine,
@@ -457,4 +468,5 @@ def ingest_segments_local(path: str | Path, lake: str | Path, cluster_id: str = 
         log.warning("unreadable region in %s, bytes %d-%d (%d bytes skipped): %s", p.path,
                     p.position, p.position + p.length_skipped, p.length_skipped, p.reason)
     report.seconds = time.perf_counter() - started
+    warn_history_only(report)
     return report

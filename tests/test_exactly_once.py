@@ -161,7 +161,7 @@ STATE = tuple(t for t in ALL_TABLES if t not in HISTORY)
 
 
 def test_another_query_over_the_same_log_leaves_the_state_as_a_clean_run(
-        scenario: Path, clean_lake: Path, tmp_path: Path) -> None:
+        scenario: Path, clean_lake: Path, tmp_path: Path, caplog) -> None:
     """A fresh checkpoint (a new app id, batch ids from 0 again) replays the whole log into a
     lake that holds it: the history takes the records again, the state tables keep what a
     single run left. Before, the ownership replay closed the lake's open intervals at the
@@ -171,6 +171,8 @@ def test_another_query_over_the_same_log_leaves_the_state_as_a_clean_run(
     again = ingest_segments_local(scenario / "segments", lake, app_id="another-query",
                                   max_records_per_batch=1)
     assert again.batches > 0 and again.already_applied  # every partition's records were held
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "lake holds already" in r.getMessage()]
+    assert len(warned) == 1 and "keep --checkpoint" in warned[0]
     for table in STATE:
         assert table_rows(lake, table) == table_rows(clean_lake, table), table
     for table in HISTORY:
