@@ -354,3 +354,21 @@ def test_one_groups_records_from_two_offsets_partitions_at_one_offset() -> None:
               ("g", LatestRecord(8, "m", False, assignment, 1, 5, 3_000))]
     rows = _both([], events, {}, "c1", NOW, {}, [], {})
     assert [(r["offsets_partition"], r["valid_from_offset"], r["valid_to_offset"]) for r in rows] == [(1, 5, None)]
+
+
+def test_a_static_members_rows_opened_without_a_client_id_wait_for_it() -> None:
+    """A static member (instance id known) whose metadata record holds no client id yet:
+    its rows open with the instance id and no client, and the member's next metadata
+    record fills them in, as the oracle does (a check of the instance id instead of the
+    client id left them unfilled)."""
+    from pipelines.model import LatestRecord
+
+    partial = {"client_id": None, "client_host": None, "instance_id": "static-1", "subscribed_topic_names": ["t"]}
+    full = {**partial, "client_id": "c", "client_host": "/h"}
+    assignment = {"member_epoch": 1, "assigned_partitions": [{"topic_id": "t", "partitions": [0, 1]}]}
+    events = [("g", LatestRecord(5, "m", False, partial, 0, 4, 1_000)),
+              ("g", LatestRecord(8, "m", False, assignment, 0, 5, 2_000)),
+              ("g", LatestRecord(5, "m", False, full, 0, 6, 3_000))]
+    rows = _both([], events, {}, "c1", NOW, {}, [], {})
+    assert [(r["partition"], r["group_instance_id"], r["client_id"]) for r in rows] == \
+        [(0, "static-1", "c"), (1, "static-1", "c")]
