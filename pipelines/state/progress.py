@@ -15,6 +15,7 @@ import logging
 from bisect import bisect_left
 from datetime import datetime
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -143,17 +144,25 @@ def _position(g: GroupRecord) -> tuple[str, int, int]:
     return (g.cluster_id, g.record.offsets_partition, g.record.offset)
 
 
-def _commits_below(commits: pa.Table, ends: dict[tuple[str, int], int]) -> pa.ChunkedArray | None:
-    """Per offset-commit row, whether it lies below its partition's log end."""
+def _commits_below(commits: pa.Table, ends: dict[tuple[str, int], int]) -> pa.Array | None:
+    """Per offset-commit row, whether it lies below its partition's log end: each row's end
+    looked up in a (cluster, partition) grid, one pass over the rows whatever the number
+    of partitions (a batch's state rows are one per committed key: up to millions)."""
     if not commits.num_rows:
         return None
-    cluster = commits.column("cluster_id").cast(pa.string())
-    partition, offset = commits.column("offsets_partition"), commits.column("offset")
-    below = None
+    encoded = pc.dictionary_encode(commits.column("cluster_id").cast(pa.string())).combine_chunks()
+    code = pc.fill_null(encoded.indices, -1).to_numpy()
+    partition = pc.fill_null(commits.column("offsets_partition"), -1).to_numpy().astype(np.int64)
+    offset = commits.column("offset").to_numpy().astype(np.int64)
+    names = encoded.dictionary.to_pylist()
+    width = max(p for _, p in ends) + 1
+    grid = np.zeros((len(names) + 1, width + 1), np.int64)  # the last row and column: no end
     for (c, p), end in ends.items():
-        term = pc.and_(pc.and_(pc.equal(cluster, c), pc.equal(partition, p)), pc.less(offset, end))
-        below = term if below is None else pc.or_(below, term)
-    return below
+        if c in names and p >= 0:
+            grid[names.index(c), p] = end
+    rows = np.where(code < 0, len(names), code)
+    columns = np.where((partition < 0) | (partition >= width), width, partition)
+    return pa.array(offset < grid[rows, columns])
 
 
 def build_from_history(engine: DeltaEngine, now: datetime) -> int:
