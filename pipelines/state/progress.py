@@ -110,12 +110,9 @@ def not_yet_applied(engine: DeltaEngine, batch: StateInput, app_id: str, batch_i
     if not engine.exists(TABLE) or engine.committed(TABLE, app_id, batch_id):
         return batch, {}
     commits, records = batch.offset_commits, batch.group_records
-    clusters = {g.cluster_id for g in records}
-    if commits.num_rows:
-        clusters |= set(pc.unique(commits.column("cluster_id").cast(pa.string())).to_pylist())
-    if not clusters:
-        return batch, {}
-    rows = engine.read(TABLE, [*_KEY, "log_end"], KeyFilter.of(("cluster_id",), {(c,) for c in clusters}))
+    # the whole table (a row per partition): finding the batch's clusters first cost a pass
+    # over its records, and a partition the batch does not hold cuts nothing
+    rows = engine.read(TABLE, [*_KEY, "log_end"])
     ends = {(c, p): e for c, p, e in zip(*(rows.column(n).to_pylist() for n in (*_KEY, "log_end")), strict=True)}
     if not ends:
         return batch, {}
