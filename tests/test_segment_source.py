@@ -99,6 +99,34 @@ def test_region_reads_equal_full_reads_on_real_broker_files(public_corpus: Path,
             assert got.equals(full)
 
 
+def test_a_region_ends_where_its_files_next_emitted_batch_begins(rolled_demo: Path, public_corpus: Path) -> None:
+    """Each region is exactly what the piece needs: from its first batch to the start of the
+    file's next emitted batch (or the file's end), found from a full read's positions."""
+    rng = random.Random(11)
+    checked = 0
+    for root in (rolled_demo, public_corpus):
+        for plog in find_segments(root):
+            idx = index_partition(plog)
+            full = emitted_table(plog.segments, "c")
+            source = np.array(full.column("source").to_pylist(), dtype=object)
+            position = full.column("source_position").to_numpy()
+            n = len(idx.offsets)
+            assert n == full.num_rows
+            cuts = sorted({0, n, *(rng.randrange(n + 1) for _ in range(6))})
+            for lo, hi in itertools.pairwise(cuts):
+                if hi <= lo:
+                    continue
+                expected = []
+                for path in set(source[lo:hi]):
+                    mine = position[lo:hi][source[lo:hi] == path]
+                    later = np.unique(position[source == path])
+                    later = later[later > mine.max()]
+                    expected.append((path, int(mine.min()), int(later[0]) if len(later) else -1))
+                assert sorted(idx.regions(lo, hi)) == sorted(expected), (plog.directory, lo, hi)
+                checked += any(end != -1 for _, _, end in expected)
+    assert checked > 10  # regions that end before their file does
+
+
 def test_index_only_read_has_the_full_reads_rows(rolled_demo: Path, public_corpus: Path) -> None:
     for root in (rolled_demo, public_corpus):
         for plog in find_segments(root):

@@ -18,7 +18,6 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -77,10 +76,6 @@ class PartitionIndex:
     run_file: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # its file
     run_pos: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # its byte position
 
-    @cached_property
-    def _positions_by_file(self) -> dict[int, np.ndarray]:
-        return {int(f): np.unique(self.run_pos[self.run_file == f]) for f in np.unique(self.run_file)}
-
     def regions(self, lo: int, hi: int) -> list[tuple[str, int, int]]:
         """(path, from byte, to byte) holding emitted rows ``lo:hi``; to = -1 for the file end.
 
@@ -94,10 +89,16 @@ class PartitionIndex:
         for f in np.unique(files):
             mine = positions[files == f]
             begin, top = int(mine.min()), int(mine.max())
-            known = self._positions_by_file[int(f)]  # the next batch of the file after ours ends the region
-            after = int(np.searchsorted(known, top, side="right"))
-            out.append((self.files[f], begin, int(known[after]) if after < len(known) else -1))
+            out.append((self.files[f], begin, self._next_batch(int(f), top)))
         return out
+
+    def _next_batch(self, file: int, position: int) -> int:
+        """Where the file's first emitted batch after byte ``position`` starts (-1: none):
+        a region ends there. One pass of array compares over the partition's batches, not
+        a sorted copy of every file's positions: a small run's planning over a big
+        partition paid that sort (7.2M records in 782k batches: 0.35 s per process)."""
+        later = self.run_pos[(self.run_file == file) & (self.run_pos > position)]
+        return int(later.min()) if len(later) else -1
 
 
 def _signature(plog: PartitionLog) -> tuple:
