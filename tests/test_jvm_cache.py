@@ -97,10 +97,12 @@ jvm = spark._jvm
 pid = jvm.java.lang.ProcessHandle.current().pid()
 maps = open(f"/proc/{pid}/maps").read()
 args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
-worker = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("pyspark").__file__).collect()
+worker = spark.sparkContext.parallelize([0], 1).map(
+    lambda _: (__import__("pyspark").__file__, [p for p in __import__("sys").path if p.endswith(".jar")])).collect()
 print(json.dumps({"args": args, "mapped": [a for a in set(maps.split()) if a.endswith(".jsa")],
                   "jvm_pid": pid,
-                  "python": spark.sparkContext.pythonExec, "worker_pyspark": worker[0]}))
+                  "python": spark.sparkContext.pythonExec, "worker_pyspark": worker[0][0],
+                  "worker_jars": worker[0][1]}))
 spark.stop()
 """
 
@@ -141,6 +143,8 @@ def test_a_real_local_jvm_writes_the_archive_once_and_the_next_one_maps_it(tmp_p
     # the workers run this interpreter through the launcher and import the installed pyspark
     assert second["python"] == spark_python.launcher()
     assert ".zip" not in second["worker_pyspark"] and second["worker_pyspark"].endswith(".py")
+    # and without Spark's core jar (no Python in it) first on its path
+    assert first["worker_jars"] == second["worker_jars"] == []
 
 
 def test_a_class_path_directory_with_files_runs_without(tmp_path, spark_home) -> None:
@@ -205,6 +209,43 @@ def test_spark_python_drops_only_zips_that_hold_the_installed_version(tmp_path: 
     bare = {k: v for k, v in run_env.items() if k != "OFFSETLAKE_SPARK_PYTHON"}
     out = subprocess.run([launcher, "-c", probe], env=bare, capture_output=True, text=True, timeout=60)
     assert out.returncode == 127 and "OFFSETLAKE_SPARK_PYTHON is not set" in out.stderr
+
+
+def test_spark_python_drops_the_core_jar_only_when_it_holds_no_python(tmp_path: Path) -> None:
+    import pyspark
+
+    # the real one, as pip installs it: classes only
+    real = spark_python.pythonless_jars(Path(pyspark.__file__).parent)
+    assert [Path(j).name.startswith("spark-core_") for j in real] == [True]
+    with zipfile.ZipFile(real[0]) as archive:
+        assert not any(n.endswith((".py", ".pyc")) for n in archive.namelist())
+
+    home = tmp_path / "spark-home"
+    (home / "jars").mkdir(parents=True)
+
+    def jar(name: str, entries: list[str], comment: bytes = b"") -> Path:
+        path = home / "jars" / name
+        with zipfile.ZipFile(path, "w") as archive:
+            for entry in entries:
+                archive.writestr(entry, b"x")
+            archive.comment = comment
+        return path
+
+    bare = jar("spark-core_2.13-9.9.0.jar", ["META-INF/MANIFEST.MF", "org/apache/spark/SparkContext.class"],
+               comment=b"PK\x05\x06 a comment that looks like an end record")
+    jar("spark-sql_2.13-9.9.0.jar", ["org/apache/spark/sql/Dataset.class"])  # not on the Python path
+    assert spark_python.pythonless_jars(home) == [str(bare)]
+    env = spark_python.launcher_env(home, [])
+    assert env["OFFSETLAKE_SPARK_PYTHON_DROP"] == str(bare)
+
+    for entries in (["pyspark/__init__.py"], ["pyspark/__pycache__/sql.cpython-311.pyc"]):
+        bare.unlink()
+        jar("spark-core_2.13-9.9.0.jar", ["org/apache/spark/SparkContext.class", *entries])
+        assert spark_python.pythonless_jars(home) == []
+    bare.write_bytes(b"not a zip at all")
+    assert spark_python.pythonless_jars(home) == []
+    bare.write_bytes(b"")
+    assert spark_python.pythonless_jars(home) == []
 
 
 def _java_writing_archive(tmp_path: Path, name: str) -> tuple[list[str], Path]:
