@@ -42,6 +42,17 @@ def test_plan_takes_everything_without_a_limit() -> None:
     assert plan_end_offsets(indexes, {}, None) == {"a": 10, "b": 5}
 
 
+def test_an_index_cut_at_an_offset_keeps_exactly_the_offsets_below_it() -> None:
+    offsets = [0, 1, 2, 5, 9, 10]
+    index = _idx(offsets)
+    for end in range(-1, 13):
+        cut = index.before(end)
+        assert cut.offsets.tolist() == [o for o in offsets if o < end], end
+        assert (cut.last_stable_offset, cut.signature) == (index.last_stable_offset, index.signature)
+        assert not len(cut.offsets) or np.shares_memory(cut.offsets, index.offsets)  # a view
+    assert plan_end_offsets({"a": index.before(6)}, {}, None) == {"a": 6}
+
+
 def test_plan_bounds_the_batch_and_shares_it_fairly() -> None:
     indexes = {"a": _idx(list(range(0, 100, 2))), "b": _idx([7, 8])}  # a: 50 records with gaps
     end = plan_end_offsets(indexes, {}, 10)

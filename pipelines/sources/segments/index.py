@@ -76,6 +76,12 @@ class PartitionIndex:
     run_file: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # its file
     run_pos: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # its byte position
 
+    def before(self, end: int) -> PartitionIndex:
+        """The offsets below ``end``, for planning: a view (offsets are sorted), no copy of a
+        big partition's offsets at every micro-batch."""
+        return PartitionIndex(self.offsets[:int(np.searchsorted(self.offsets, end))],
+                              self.last_stable_offset, self.signature)
+
     def regions(self, lo: int, hi: int) -> list[tuple[str, int, int]]:
         """(path, from byte, to byte) holding emitted rows ``lo:hi``; to = -1 for the file end.
 

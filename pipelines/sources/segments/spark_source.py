@@ -173,11 +173,7 @@ class SegmentPlanner:
         start, ix = dict(start or {}), _index()
         indexes = self._refresh()
         if target is not None:
-            indexes = {
-                k: ix.PartitionIndex(v.offsets[v.offsets < target.get(k, 0)], v.last_stable_offset,
-                                     v.signature)
-                for k, v in indexes.items()
-            }
+            indexes = {k: v.before(target.get(k, 0)) for k, v in indexes.items()}
         return ix.plan_end_offsets(indexes, start, max_rows)
 
 
