@@ -103,8 +103,10 @@ def pythonless_jars(spark_home: str | os.PathLike[str]) -> list[str]:
     """Spark's core jar under ``spark_home`` (what Spark puts on its Python processes' path)
     when it holds no Python."""
     jars = os.path.join(os.fspath(spark_home), "jars")
-    names = sorted(n for n in os.listdir(jars) if n.startswith("spark-core_") and n.endswith(".jar")) \
-        if os.path.isdir(jars) else []
+    try:
+        names = sorted(n for n in os.listdir(jars) if n.startswith("spark-core_") and n.endswith(".jar"))
+    except OSError:  # no jars directory here (or none this user may list): nothing dropped
+        return []
     return [os.path.join(jars, n) for n in names if not holds_python(os.path.join(jars, n))]
 
 

@@ -246,6 +246,10 @@ def test_spark_python_drops_the_core_jar_only_when_it_holds_no_python(tmp_path: 
     assert spark_python.pythonless_jars(home) == []
     bare.write_bytes(b"")
     assert spark_python.pythonless_jars(home) == []
+    assert spark_python.pythonless_jars(tmp_path / "no-such-home") == []
+    (tmp_path / "home-without-jars").mkdir()
+    (tmp_path / "home-without-jars" / "jars").write_text("a file where the jars would be")
+    assert spark_python.pythonless_jars(tmp_path / "home-without-jars") == []
 
 
 def _java_writing_archive(tmp_path: Path, name: str) -> tuple[list[str], Path]:
