@@ -13,7 +13,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaRsEngine
-from pipelines.lake.files import STATS_STRING_LIMIT, write_data_file
+from pipelines.lake.files import STATS_STRING_LIMIT, delta_rs_writer, write_data_file
 
 UTC = timezone.utc
 
@@ -204,3 +204,55 @@ def test_conform_keeps_only_dictionaries_without_null_values() -> None:
     assert cast.schema.field("group_id").type == pa.string()
     assert cast.column("group_id").null_count == 2
     assert spec.conform(data.set_column(1, "group_id", clean)).schema == spec.arrow_schema
+
+
+def _encodings(path: Path) -> dict[str, set[str]]:
+    """Per column of a Parquet file: the encodings its pages use."""
+    meta = pq.ParquetFile(path).metadata
+    return {meta.row_group(0).column(i).path_in_schema: set(meta.row_group(0).column(i).encodings)
+            for i in range(meta.num_columns)}
+
+
+def test_positions_are_delta_packed_and_every_reader_reads_them_back(tmp_path: Path, spark) -> None:
+    """The contract's ``delta_encoded`` columns (log positions, batch ids) are written
+    DELTA_BINARY_PACKED by our writer (tasks' files, the driver's appends) and by delta-rs
+    (compaction); pyarrow, delta-rs, DuckDB and Spark read the values back as written, runs
+    that fall back (a task's file holds several partitions) and extreme values included."""
+    import duckdb
+
+    spec = contract("offset_commits")
+    assert spec.delta_encoded == ("offset",)
+    data = _commits(60)
+    offsets = [*range(2**40, 2**40 + 20), *range(5, 25), 0, 2**63 - 1, -(2**63), *range(17)]
+    data = data.set_column(data.schema.get_field_index("offset"), "offset", pa.array(offsets, pa.int64()))
+    written = write_data_file(tmp_path / "task", data, spec.delta_encoded)
+    engine = DeltaRsEngine(tmp_path / "lake")
+    assert engine.append(spec, data, "app", 0) and engine.append(spec, data, "app", 1)
+    appended = sorted((tmp_path / "lake" / spec.name).glob("*.parquet"))
+    assert len(appended) == 2
+    assert DeltaTable(str(tmp_path / "lake" / spec.name)).optimize.compact(
+        writer_properties=delta_rs_writer(spec))["numFilesAdded"] == 1
+    compacted = set((tmp_path / "lake" / spec.name).glob("*.parquet")) - set(appended)
+    files = [tmp_path / "task" / written.path, *appended, *compacted]
+    assert len(files) == 4
+    for path in files:
+        encodings = _encodings(path)
+        assert "DELTA_BINARY_PACKED" in encodings["offset"], path
+        assert not any("DELTA_BINARY_PACKED" in e for c, e in encodings.items() if c != "offset"), path
+        want = offsets if path not in compacted else sorted(offsets * 2)  # both appends, in some order
+        got = [pq.read_table(path).column("offset").to_pylist(),
+               [r[0] for r in duckdb.sql(f"select \"offset\" from read_parquet('{path}')").fetchall()],
+               [r.offset for r in spark.read.parquet(str(path)).select("offset").collect()]]
+        assert [g if path not in compacted else sorted(g) for g in got] == [want] * 3, path
+    assert sorted(DeltaTable(str(tmp_path / "lake" / spec.name)).to_pyarrow_table().column("offset").to_pylist()) \
+        == sorted(offsets * 2)
+
+
+def test_the_contracts_delta_encode_only_integer_columns_they_have() -> None:
+    from pipelines.lake.contracts import contracts
+
+    named = {name: spec.delta_encoded for name, spec in contracts().items() if spec.delta_encoded}
+    assert set(named) == {"offsets_raw", "offset_commits", "group_metadata", "commit_attribution"}
+    for name, columns in named.items():
+        types = {f.name: f.type for f in contract(name).arrow_schema}
+        assert all(types[c] == pa.int64() for c in columns), name

@@ -81,7 +81,28 @@ def _tree(root: Path) -> dict[str, tuple[int, int]]:
             for p in root.rglob("*") if p.is_file()}
 
 
+def _delta_packed(lake: Path) -> dict[str, bool]:
+    """Per table with ``delta_encoded`` columns: whether its live files store all of them
+    DELTA_BINARY_PACKED (the ingest's files, and compaction's after ``maintain``)."""
+    import pyarrow.parquet as pq
+
+    from pipelines.lake.contracts import contracts
+
+    out = {}
+    for name, spec in contracts().items():
+        if not spec.delta_encoded or not (lake / name).exists():
+            continue
+        files = [pq.ParquetFile(uri.removeprefix("file://")).metadata for uri in DeltaTable(str(lake / name)).file_uris()]
+        out[name] = bool(files) and all(
+            "DELTA_BINARY_PACKED" in meta.row_group(g).column(i).encodings
+            for meta in files for g in range(meta.num_row_groups) for i in range(meta.num_columns)
+            if meta.row_group(g).column(i).path_in_schema in spec.delta_encoded)
+    return out
+
+
 def test_maintain_keeps_every_record_and_time_travel(lake: Path) -> None:
+    packed = {"offsets_raw": True, "offset_commits": True, "group_metadata": True, "commit_attribution": True}
+    assert _delta_packed(lake) == packed
     before = _state(lake)
     assert {*HISTORY, "committed_offsets", "consumer_groups", "group_members",
             "group_generations", "snapshot_offsets", "reconciliation",
@@ -112,6 +133,7 @@ def test_maintain_keeps_every_record_and_time_travel(lake: Path) -> None:
     for t, v in early.items():  # time travel reads the files compaction replaced
         assert _rows(lake / t, v) == early_rows[t], t
 
+    assert _delta_packed(lake) == packed  # compaction writes files as the ingest does
     again = maintain(lake)  # idempotent: nothing left to compact, no new versions
     assert all(r["optimize"]["mode"] == "skipped" for r in again["tables"].values())
     assert _state(lake) == after

@@ -47,7 +47,8 @@ def history_part(raw: pa.Table, batch_id: int, ingested_at: datetime,
         if where is None:
             part.tables[name] = data
         else:
-            part.files[name] = [write_data_file(where.child(name), data)] if data.num_rows else []
+            part.files[name] = [write_data_file(where.child(name), data, contract(name).delta_encoded)] \
+                if data.num_rows else []
     return part
 
 

@@ -55,6 +55,9 @@ class TableContract:
     #: Delta partition columns; a change set may name the partition each row is stored in
     #: now (:func:`stored_column`), and the MERGE then reads only those partitions
     partition_by: tuple[str, ...] = ()
+    #: integer columns our files store as DELTA_BINARY_PACKED: log positions and batch ids,
+    #: ascending within a file's runs (see :func:`pipelines.lake.files.write_data_file`)
+    delta_encoded: tuple[str, ...] = ()
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -137,6 +140,7 @@ def load_contracts(directory: Traversable) -> dict[str, TableContract]:
             columns=tuple(Column(c["name"], c["type"], c.get("nullable", True), c.get("comment", ""))
                           for c in raw["columns"]),
             partition_by=tuple(raw.get("partition_by", ())),
+            delta_encoded=tuple(raw.get("delta_encoded", ())),
         )
     return out
 

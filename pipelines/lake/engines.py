@@ -17,7 +17,7 @@ import pyarrow as pa
 from pyarrow.fs import FileType
 
 from pipelines.lake.contracts import ADDED_COLUMNS, TableContract, upgraded
-from pipelines.lake.files import DataFile, dictionary_columns, write_data_file
+from pipelines.lake.files import DataFile, delta_rs_writer, write_data_file
 from pipelines.lake.keys import KeyFilter
 from pipelines.lake.location import LakeLocation, lake_location
 from pipelines.model import OP
@@ -166,7 +166,7 @@ class DeltaRsEngine:
             write_deltalake(self.path(contract.name), pa.RecordBatchReader.from_batches(contract.arrow_schema, rows),
                             mode="overwrite", schema_mode="overwrite",
                             partition_by=list(contract.partition_by) or None,
-                            storage_options=self.storage_options, writer_properties=self._writer(contract),
+                            storage_options=self.storage_options, writer_properties=delta_rs_writer(contract),
                             name=contract.name, description=contract.description)
             self._tables.pop(contract.name, None)
             log.info("rewrote %s partitioned by %s", contract.name, ", ".join(contract.partition_by))
@@ -190,18 +190,6 @@ class DeltaRsEngine:
             return None
         return table
 
-    @staticmethod
-    def _writer(contract: TableContract):
-        """zstd level 1: smaller than delta-rs' default snappy for the byte columns, and faster;
-        dictionary pages for the string columns only (:func:`~pipelines.lake.files.dictionary_columns`)."""
-        from deltalake import ColumnProperties, WriterProperties
-
-        return WriterProperties(
-            compression="ZSTD", compression_level=1,
-            default_column_properties=ColumnProperties(dictionary_enabled=False),
-            column_properties={name: ColumnProperties(dictionary_enabled=True)
-                               for name in dictionary_columns(contract.arrow_schema)})
-
     def _commit(self, app_id: str, version: int):
         from deltalake import CommitProperties, Transaction
 
@@ -221,13 +209,13 @@ class DeltaRsEngine:
             return False
         if data.num_rows and not table.metadata().partition_columns:
             file = write_data_file(self.location.child(contract.name),
-                                   contract.conform(data, keep_dictionaries=True))
+                                   contract.conform(data, keep_dictionaries=True), contract.delta_encoded)
             self._commit_files(table, contract, [file], app_id, version)
             return True
         write_deltalake(
             table, contract.conform(data), mode="append",
             commit_properties=self._commit(app_id, version), storage_options=self.storage_options,
-            writer_properties=self._writer(contract),
+            writer_properties=delta_rs_writer(contract),
         )
         return True
 
@@ -316,7 +304,7 @@ class DeltaRsEngine:
             # partitions) it cannot match
             .merge(source, _key_predicate(contract.key) + stored, source_alias="s", target_alias="t",
                    streamed_exec=False, commit_properties=self._commit(app_id, version),
-                   writer_properties=self._writer(contract))
+                   writer_properties=delta_rs_writer(contract))
             .when_matched_delete(f"s.{OP} = 'delete'")
             .when_matched_update_all(f"s.{OP} = 'upsert'", except_cols=not_written)
             .when_not_matched_insert_all(f"s.{OP} = 'upsert'", except_cols=not_written)

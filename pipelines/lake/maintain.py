@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.lake.contracts import contracts
+from pipelines.lake.files import delta_rs_writer
 from pipelines.lake.location import LakeLocation, lake_location
 
 log = logging.getLogger(__name__)
@@ -207,6 +208,8 @@ def _maintain_table(table: LakeLocation, name: str, retention_hours: int, dry_ru
 
     # 2. compaction (z-order for the big history tables when a full rewrite is cheap)
     zorder = _zorder_columns(name, dt.schema().to_arrow().names)
+    spec = contracts().get(name)  # files rewritten as the pipeline writes them
+    writer = delta_rs_writer(spec) if spec is not None else None
     if small < 2:
         out["optimize"] = {"mode": "skipped", "reason": f"{small} small file(s)"}
     elif dry_run:
@@ -214,10 +217,10 @@ def _maintain_table(table: LakeLocation, name: str, retention_hours: int, dry_ru
         out["optimize"] = {"mode": mode, "would_consider_files": small}
     else:
         if zorder and size <= zorder_max_bytes:
-            metrics = dt.optimize.z_order(zorder)
+            metrics = dt.optimize.z_order(zorder, writer_properties=writer)
             mode = f"z-order({', '.join(zorder)})"
         else:
-            metrics = dt.optimize.compact()
+            metrics = dt.optimize.compact(writer_properties=writer)
             mode = "compact"
         out["optimize"] = {"mode": mode, "files_added": metrics.get("numFilesAdded"),
                            "files_removed": metrics.get("numFilesRemoved")}
