@@ -131,12 +131,14 @@ def unpack_task(table: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.
 
 
 def summaries(cells_df) -> list[TaskSummary]:
-    """The tasks' summaries (small: state inputs and counts), collected to the driver."""
+    """The tasks' summaries (state inputs and counts: large on a group-heavy batch), brought
+    to the driver as Arrow (``toArrow``, as :func:`pipelines.micro_batch.cells_to_driver`
+    does for the same reason)."""
     from pyspark.sql import functions as F
 
-    rows = cells_df.where(F.col(TABLE) == STATE).select(DATA).collect()
+    cells = cells_df.where(F.col(TABLE) == STATE).select(DATA).toArrow().column(DATA).to_pylist()
     with no_cyclic_gc():
-        return [pickle.loads(r[DATA]) for r in rows]
+        return [pickle.loads(cell) for cell in cells]
 
 
 def table_frame(cells_df, table: str):
