@@ -256,3 +256,38 @@ def test_the_contracts_delta_encode_only_integer_columns_they_have() -> None:
     for name, columns in named.items():
         types = {f.name: f.type for f in contract(name).arrow_schema}
         assert all(types[c] == pa.int64() for c in columns), name
+
+
+def test_statistics_from_the_writer_hold_across_row_groups_nulls_and_long_strings(tmp_path: Path) -> None:
+    """Bounds taken from the Parquet writer's statistics: over every row group, a column
+    all null in one row group, a string too long for the writer's statistics (4 KB), a
+    dictionary column (no writer statistics): each as computed from the rows, and as
+    written out here by hand."""
+    import io
+
+    from pipelines.lake.files import file_stats
+
+    long = "a" + "z" * 5000  # the least value, and too long for the writer's statistics
+    data = pa.table({
+        "i": pa.array([5, -4, 7, None, 2, 9], pa.int64()),
+        "s": pa.array(["b", "é", None, None, "a", "c"]),  # all null in the second row group
+        "long": pa.array(["k", "l", long, "n", "j", "o"]),  # no writer bounds in row group 2
+        "t": pa.array([3_000, None, 1_500, 9_999, 2_000, 4_000], pa.timestamp("us", tz="UTC")),
+        "flag": pa.array([True, True, None, True, True, True]),
+        "d": pa.array(["y", "x", "y", None, "w", "y"]).dictionary_encode(),
+        "none": pa.nulls(6, pa.string()),
+    })
+    collected: list = []
+    pq.write_table(data, io.BytesIO(), row_group_size=2, metadata_collector=collected,
+                   write_statistics=["i", "s", "long", "t", "flag", "none"], store_schema=False)
+    meta = collected[0]
+    assert meta.num_row_groups == 3
+    assert not meta.row_group(1).column(2).statistics.has_min_max  # the long string's
+    stated = json.loads(file_stats(data, meta))
+    assert stated == json.loads(file_stats(data))
+    assert stated == {
+        "numRecords": 6,
+        "minValues": {"i": -4, "s": "a", "long": long[:STATS_STRING_LIMIT], "t": "1970-01-01T00:00:00.001Z", "flag": True, "d": "w"},
+        "maxValues": {"i": 9, "s": "é", "long": "o", "t": "1970-01-01T00:00:00.010Z", "flag": True, "d": "y"},
+        "nullCount": {"i": 1, "s": 2, "long": 0, "t": 1, "flag": 1, "d": 1, "none": 6},
+    }
