@@ -251,8 +251,10 @@ def index_ahead(cfg: IngestConfig) -> threading.Thread | None:
     from the cache instead of indexing every file itself, on the critical path of the
     query's start. The cache's entries are written whole or not at all
     (:class:`SegmentIndexCache`), and whatever this thread did not reach the source indexes
-    itself, so its outcome changes no result. The checkpoint is claimed first: one made for
-    another source is refused here, before Spark starts.
+    itself, so its outcome changes no result. The query does not wait for it: a file the
+    thread is indexing when the source plans is waited for, the rest the source indexes
+    itself. The checkpoint is claimed first: one made for another source is refused here,
+    before Spark starts.
     """
     if cfg.source != "segments" or not cfg.path:
         return None
@@ -261,12 +263,10 @@ def index_ahead(cfg: IngestConfig) -> threading.Thread | None:
 
     def index() -> None:
         from pipelines.sources.segments.files import find_segments
-        from pipelines.sources.segments.index import SegmentIndexCache, index_partition
+        from pipelines.sources.segments.index import SegmentIndexCache, index_partitions
 
         try:
-            cache = SegmentIndexCache(checkpoint / "segment_index")
-            for plog in find_segments(os.path.abspath(cfg.path)):
-                index_partition(plog, cache=cache)
+            index_partitions(find_segments(os.path.abspath(cfg.path)), SegmentIndexCache(checkpoint / "segment_index"))
         except Exception as exc:  # the source indexes what is missing (and reports problems)
             log.debug("indexing ahead stopped: %s", exc)
 

@@ -67,9 +67,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     spark = spark_session("offsetlake-ingest", delta_spark=cfg.delta_engine != "delta-rs",
                           own_workers=args.standalone)
     check_engine(spark, cfg.delta_engine)
-    if indexing is not None:
-        indexing.join()
+    # not joined first: the query starts while the last files are indexed, and its source
+    # waits for a file being indexed rather than indexing it again (SegmentIndexCache.rows)
     report = run_ingest(spark, cfg)
+    if indexing is not None:
+        indexing.join()  # long done: no temporary file left behind at exit
     print(json.dumps(report.summary(), indent=2, default=str))
     return _verdict(report, args.strict)
 

@@ -16,6 +16,8 @@ import hashlib
 import json
 import logging
 import os
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
@@ -213,19 +215,65 @@ class SegmentIndexCache:
         os.replace(partial, entry)
 
     def rows(self, segment) -> pa.Table:
+        """The file's index rows: read from its entry, or indexed now and stored.
+
+        A file another live process (or thread) is indexing right now is waited for, not
+        indexed twice: the ingest's driver indexes ahead while the streaming source's
+        process plans, and neither waits for the other to start (:meth:`_claim`)."""
+        while (rows := self._rows_unless_claimed(segment)) is None:
+            time.sleep(CLAIM_POLL_SECONDS)  # its entry comes, or its claim goes
+        return rows
+
+    def rows_of(self, segments: list) -> list[pa.Table]:
+        """:meth:`rows` of each file, in order; the files another process is indexing are
+        taken last, so that two processes going through the same files share the work."""
+        got: dict[int, pa.Table] = {}
+        for i, seg in enumerate(segments):
+            if (rows := self._rows_unless_claimed(seg)) is not None:
+                got[i] = rows
+        return [got[i] if i in got else self.rows(seg) for i, seg in enumerate(segments)]
+
+    def _rows_unless_claimed(self, segment) -> pa.Table | None:
         entry = self._entry(segment.path)
-        if entry.exists():  # one file, read as such (pq.read_table would import pyarrow.dataset)
-            return pq.ParquetFile(entry).read().cast(INDEX_ARROW_SCHEMA)
+        if not entry.exists():
+            claim = self._claim(entry)
+            if claim is None:
+                return None
+            try:
+                if not entry.exists():  # another process may have finished it meanwhile
+                    return self._index(segment, entry)
+            finally:
+                claim.unlink(missing_ok=True)
+        # one file, read as such (pq.read_table would import pyarrow.dataset)
+        return pq.ParquetFile(entry).read().cast(INDEX_ARROW_SCHEMA)
+
+    def _claim(self, entry: Path) -> Path | None:
+        """Claim the indexing of ``entry``'s file (its claim file, naming this process), or
+        None while another live process's claim holds it. A claim whose process is gone,
+        or older than :data:`STALE_CLAIM_SECONDS`, is taken over."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        claim = entry.with_suffix(".indexing")
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            if _live_claim(claim):
+                return None
+            claim.unlink(missing_ok=True)  # its process died: the next try takes it
+            return self._claim(entry) if not entry.exists() else None
+        with os.fdopen(fd, "w") as out:
+            out.write(str(os.getpid()))
+        return claim
+
+    def _index(self, segment, entry: Path) -> pa.Table:
         found: list[Problem] = []
         rows = _index_rows(segment, found)
-        self.directory.mkdir(parents=True, exist_ok=True)
         # the file's problems beside its index (written first: an index entry implies them);
         # the driver reports them, once, from here (tasks re-reading regions stay silent)
         sidecar = entry.with_suffix(".problems.json")
-        partial = sidecar.with_suffix(f".{os.getpid()}.tmp")
+        partial = sidecar.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         partial.write_text(json.dumps([list(astuple(p)) for p in found]))
         os.replace(partial, sidecar)
-        partial = entry.with_suffix(f".{os.getpid()}.tmp")
+        partial = entry.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         pq.write_table(rows, partial, compression="zstd", use_dictionary=["control_type"],
                        column_encoding={"offset": "DELTA_BINARY_PACKED",
                                         "source_position": "DELTA_BINARY_PACKED"})
@@ -250,6 +298,9 @@ class SegmentIndexCache:
         for entry in self.directory.glob("partition-*.arrow"):
             if entry.name not in self.used:
                 entry.unlink(missing_ok=True)
+        for claim in self.directory.glob("*.indexing"):  # left by a process that died
+            if not _live_claim(claim):
+                claim.unlink(missing_ok=True)
         self.used = set()
 
 
@@ -258,6 +309,33 @@ _PARTITION_ENTRY = pa.schema([
     ("signature", pa.string()), ("last_stable_offset", pa.int64()), ("offset_starts", _INTS),
     ("offset_lengths", _INTS), ("aborted", _INTS), ("files", pa.list_(pa.string())),
     ("run_row_steps", _INTS), ("run_file", _INTS), ("run_pos", _INTS)])
+
+
+#: how often a process waiting for another's index of a file looks for it
+CLAIM_POLL_SECONDS = 0.02
+#: a claim older than this was left by a process that hung (a 1 GiB segment indexes in ~3 s)
+STALE_CLAIM_SECONDS = 600
+
+
+def _live_claim(claim: Path) -> bool:
+    """Whether ``claim``'s process still runs (on this machine: the cache is the
+    checkpoint's, which the driver and the source's process share) and the claim is fresh."""
+    try:
+        text, age = claim.read_text(), time.time() - claim.stat().st_mtime
+    except OSError:
+        return True  # gone this instant: the caller looks again
+    if age > STALE_CLAIM_SECONDS:
+        return False
+    if not text.strip().isdigit():  # created, its process id not written yet
+        return age < 5
+    pid = int(text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def _index_rows(segment, problems: list[Problem] | None = None) -> pa.Table:
@@ -279,14 +357,43 @@ def source_problems(root: str | Path, cache_dir: str | Path | None) -> list[Prob
     return found
 
 
+def index_partitions(plogs: list[PartitionLog], cache: SegmentIndexCache | None = None,
+                     cached: list[PartitionIndex | None] | None = None) -> list[PartitionIndex]:
+    """:func:`index_partition` of each partition directory, in order; those another process is
+    indexing are taken last, so that the driver indexing ahead and the source's planner,
+    going through the same partitions at once, share the work instead of repeating it."""
+    cached = cached or [None] * len(plogs)
+    got = {i: index_partition(plog, cached[i], cache, wait=False) for i, plog in enumerate(plogs)}
+    return [got[i] or index_partition(plog, cached[i], cache) for i, plog in enumerate(plogs)]
+
+
 def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None,
-                    cache: SegmentIndexCache | None = None) -> PartitionIndex:
+                    cache: SegmentIndexCache | None = None, wait: bool = True) -> PartitionIndex | None:
+    """The partition's index: ``cached`` if its files did not change, else the cache's, else
+    built (and stored). A partition another live process is building is waited for (None
+    at once with ``wait=False``), not built twice."""
     sig = _signature(plog)
     if cached is not None and cached.signature == sig:
         return cached
-    if cache is not None and (stored := cache.partition(plog, sig)) is not None:
-        return stored
-    per_file = [cache.rows(seg) if cache else _index_rows(seg) for seg in plog.segments]
+    if cache is None:
+        return _build_index(plog, sig, None)
+    entry = cache._partition_entry(plog, sig)
+    while (stored := cache.partition(plog, sig)) is None:
+        claim = cache._claim(entry)
+        if claim is not None:
+            try:
+                stored = cache.partition(plog, sig)  # finished while this one looked
+                return stored if stored is not None else _build_index(plog, sig, cache)
+            finally:
+                claim.unlink(missing_ok=True)
+        if not wait:
+            return None
+        time.sleep(CLAIM_POLL_SECONDS)
+    return stored
+
+
+def _build_index(plog: PartitionLog, sig: tuple, cache: SegmentIndexCache | None) -> PartitionIndex:
+    per_file = cache.rows_of(plog.segments) if cache else [_index_rows(seg) for seg in plog.segments]
     rows = pa.concat_tables([
         t.set_column(t.schema.get_field_index("source_file"), "source_file",
                      pa.array(np.full(t.num_rows, i, np.int32)))

@@ -130,10 +130,11 @@ class SegmentPlanner:
         ix = _index()
         if self._cache is None and self._cache_dir:
             self._cache = ix.SegmentIndexCache(self._cache_dir)
-        for plog in find_segments(self.root):
-            key = ix.log_key(self.root, plog)
-            self._logs[key] = plog
-            self._indexes[key] = ix.index_partition(plog, self._indexes.get(key), self._cache)
+        plogs = find_segments(self.root)
+        keys = [ix.log_key(self.root, plog) for plog in plogs]
+        indexes = ix.index_partitions(plogs, self._cache, [self._indexes.get(key) for key in keys])
+        for key, plog, index in zip(keys, plogs, indexes, strict=True):
+            self._logs[key], self._indexes[key] = plog, index
             if self._cache:
                 self._cache.keep(plog)
         if self._cache:
