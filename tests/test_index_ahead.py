@@ -3,6 +3,7 @@ would index itself, and a checkpoint of another source is refused before Spark s
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -150,7 +151,7 @@ def test_a_claim_left_by_a_dead_process_is_taken_over_and_a_live_one_waited_for(
     other = SegmentIndexCache(tmp_path / "cache2")
     holder = other._entry(seg.path).with_suffix(".indexing")
     (tmp_path / "cache2").mkdir()
-    holder.write_text(str(subprocess.os.getpid()))
+    holder.write_text(str(os.getpid()))
     got = {}
     waiter = threading.Thread(target=lambda: got.update(rows=other.rows(seg)), daemon=True)
     waiter.start()
