@@ -18,9 +18,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -40,6 +41,8 @@ from pipelines.sources.record_batches.transactions import fold_arrow, unique_off
 from pipelines.sources.segments.files import PartitionLog, find_segments
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # ----------------------------------------------------------------------------- pure helpers
 
@@ -219,50 +222,60 @@ class SegmentIndexCache:
 
         A file another live process (or thread) is indexing right now is waited for, not
         indexed twice: the ingest's driver indexes ahead while the streaming source's
-        process plans, and neither waits for the other to start (:meth:`_claim`)."""
-        while (rows := self._rows_unless_claimed(segment)) is None:
-            time.sleep(CLAIM_POLL_SECONDS)  # its entry comes, or its claim goes
-        return rows
+        process plans, and neither waits for the other to start (:meth:`made_once`)."""
+        return self._rows(segment, wait=True)
 
     def rows_of(self, segments: list) -> list[pa.Table]:
         """:meth:`rows` of each file, in order; the files another process is indexing are
         taken last, so that two processes going through the same files share the work."""
-        got: dict[int, pa.Table] = {}
-        for i, seg in enumerate(segments):
-            if (rows := self._rows_unless_claimed(seg)) is not None:
-                got[i] = rows
-        return [got[i] if i in got else self.rows(seg) for i, seg in enumerate(segments)]
+        got = {i: self._rows(seg, wait=False) for i, seg in enumerate(segments)}
+        return [got[i] if got[i] is not None else self.rows(seg) for i, seg in enumerate(segments)]
 
-    def _rows_unless_claimed(self, segment) -> pa.Table | None:
+    def _rows(self, segment, wait: bool) -> pa.Table | None:
         entry = self._entry(segment.path)
-        if not entry.exists():
+
+        def stored() -> pa.Table | None:  # one file, read as such (pq.read_table would import pyarrow.dataset)
+            return pq.ParquetFile(entry).read().cast(INDEX_ARROW_SCHEMA) if entry.exists() else None
+
+        return self.made_once(entry, stored, lambda: self._index(segment, entry), wait)
+
+    def made_once(self, entry: Path, stored: Callable[[], T | None], make: Callable[[], T],
+                  wait: bool = True) -> T | None:
+        """What ``stored`` reads of ``entry``, else what ``make`` builds (and stores there)
+        under this process's claim on it. While another live process holds the claim, its
+        result is waited for (None at once with ``wait=False``): nothing is built twice. A
+        claim whose process is gone, or older than :data:`STALE_CLAIM_SECONDS`, is taken
+        over."""
+        while (found := stored()) is None:
             claim = self._claim(entry)
-            if claim is None:
+            if claim is not None:
+                try:
+                    found = stored()  # finished while this one looked
+                    return found if found is not None else make()
+                finally:
+                    claim.unlink(missing_ok=True)
+            if not wait:
                 return None
-            try:
-                if not entry.exists():  # another process may have finished it meanwhile
-                    return self._index(segment, entry)
-            finally:
-                claim.unlink(missing_ok=True)
-        # one file, read as such (pq.read_table would import pyarrow.dataset)
-        return pq.ParquetFile(entry).read().cast(INDEX_ARROW_SCHEMA)
+            time.sleep(CLAIM_POLL_SECONDS)
+        return found
 
     def _claim(self, entry: Path) -> Path | None:
-        """Claim the indexing of ``entry``'s file (its claim file, naming this process), or
-        None while another live process's claim holds it. A claim whose process is gone,
-        or older than :data:`STALE_CLAIM_SECONDS`, is taken over."""
+        """The claim file on ``entry``, created naming this process; None while another live
+        process's claim holds it (a dead one's is removed and taken)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         claim = entry.with_suffix(".indexing")
-        try:
-            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            if _live_claim(claim):
-                return None
-            claim.unlink(missing_ok=True)  # its process died: the next try takes it
-            return self._claim(entry) if not entry.exists() else None
-        with os.fdopen(fd, "w") as out:
-            out.write(str(os.getpid()))
-        return claim
+        for _ in range(2):
+            try:
+                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if _live_claim(claim):
+                    return None
+                claim.unlink(missing_ok=True)  # its process died
+                continue
+            with os.fdopen(fd, "w") as out:
+                out.write(str(os.getpid()))
+            return claim
+        return None
 
     def _index(self, segment, entry: Path) -> pa.Table:
         found: list[Problem] = []
@@ -377,19 +390,8 @@ def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None,
         return cached
     if cache is None:
         return _build_index(plog, sig, None)
-    entry = cache._partition_entry(plog, sig)
-    while (stored := cache.partition(plog, sig)) is None:
-        claim = cache._claim(entry)
-        if claim is not None:
-            try:
-                stored = cache.partition(plog, sig)  # finished while this one looked
-                return stored if stored is not None else _build_index(plog, sig, cache)
-            finally:
-                claim.unlink(missing_ok=True)
-        if not wait:
-            return None
-        time.sleep(CLAIM_POLL_SECONDS)
-    return stored
+    return cache.made_once(cache._partition_entry(plog, sig), lambda: cache.partition(plog, sig),
+                           lambda: _build_index(plog, sig, cache), wait)
 
 
 def _build_index(plog: PartitionLog, sig: tuple, cache: SegmentIndexCache | None) -> PartitionIndex:
