@@ -56,6 +56,11 @@ def test_batch_read_back_runs_beside_a_baseline(history: tuple[Path, Path]) -> N
     assert "(same rows)" in out and " 0 commits" not in out, out
 
 
+def test_audit_steps_run_beside_a_baseline(history: tuple[Path, Path]) -> None:
+    out = _run("audit_steps.py", "--lake", str(history[1]), "--repeat", "1", "--baseline", str(REPO))
+    assert out.count("(same)") == 5 and " 0 commits" not in out, out
+
+
 def test_part_cells_runs_beside_collect() -> None:
     out = _run("part_cells.py", "--cells", "2", "--megabytes", "0.1", "--repeat", "1")
     assert "collect (baseline)" in out and "cells_to_driver (toArrow)" in out, out
