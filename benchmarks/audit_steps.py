@@ -37,7 +37,6 @@ but at 1.6x its bytes.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
@@ -46,7 +45,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from batch_read_back import batches
+from batch_read_back import batches, lake_arguments
 from state_step import load
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,12 +65,7 @@ def _rows_written(out: Path, written: list[Any]) -> list[Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lake", type=Path, required=True, help="a lake written by offsetlake ingest")
-    parser.add_argument("--batches", type=int, default=3, help="the first N commits of offset_commits (default 3)")
-    parser.add_argument("--repeat", type=int, default=5, help="best of N (default 5)")
-    parser.add_argument("--baseline", type=Path, help="an older checkout, timed alternately")
-    args = parser.parse_args(argv)
+    args = lake_arguments(__doc__, argv, batches=3, repeat=5)
     sys.path.insert(0, str(REPO))
     import gc
 

@@ -49,13 +49,19 @@ def batches(lake: Path, limit: int) -> list:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def lake_arguments(doc: str, argv: list[str] | None, batches: int, repeat: int) -> argparse.Namespace:
+    """The options of a benchmark over the first batches of a lake, beside a baseline."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--lake", type=Path, required=True, help="a lake written by offsetlake ingest")
-    parser.add_argument("--batches", type=int, default=10, help="the first N commits (default 10)")
-    parser.add_argument("--repeat", type=int, default=3, help="best of N (default 3)")
+    parser.add_argument("--batches", type=int, default=batches,
+                        help=f"the first N commits of offset_commits (default {batches})")
+    parser.add_argument("--repeat", type=int, default=repeat, help=f"best of N (default {repeat})")
     parser.add_argument("--baseline", type=Path, help="an older checkout, timed alternately")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = lake_arguments(__doc__, argv, batches=10, repeat=3)
     sys.path.insert(0, str(REPO))
     from pipelines.state import audit
 
