@@ -131,6 +131,22 @@ def state_records(records: list[GroupRecord]) -> list[GroupRecord]:
     return [g for i, g in enumerate(records) if g.record.record_type in EVERY_RECORD_TYPES or i in kept]
 
 
+def distinct_sorted(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of a 1-D integer array, by a sort.
+
+    Why not ``np.unique``: since numpy 2.3 it finds distinct integers with a hash table,
+    which costs ~1 us a value when most values are distinct (7.2M log positions: 7.45 s,
+    against 0.07 s sorted here). A stable sort is a radix sort or a timsort, fast on the
+    ascending runs that log positions come in."""
+    ordered = np.sort(values, kind="stable")
+    if ordered.size < 2:
+        return ordered
+    keep = np.empty(ordered.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
 def log_order(table: pa.Table) -> np.ndarray | None:
     """Row indices in log position order, or None when the rows are in that order already."""
     part = table.column("offsets_partition").to_numpy()
@@ -184,5 +200,5 @@ def state_rows(offset_commits: pa.Table) -> pa.Table:
             .aggregate([("_commit_rank", "max")]).column("_commit_rank_max"),
         by_topic_id.filter(pc.is_valid(by_topic_id.column("topic_id"))).column("_rank_max"),
     ]
-    ranks = np.unique(np.concatenate([w.drop_null().to_numpy() for w in winners]))
+    ranks = distinct_sorted(np.concatenate([w.drop_null().to_numpy() for w in winners]))
     return offset_commits.take(ranks if order is None else order[ranks])

@@ -61,6 +61,11 @@ def test_audit_steps_run_beside_a_baseline(history: tuple[Path, Path]) -> None:
     assert out.count("(same)") == 5 and " 0 commits" not in out, out
 
 
+def test_non_ascii_decode_runs_beside_a_baseline() -> None:
+    out = _run("non_ascii_decode.py", "--commits", "2000", "--repeat", "1", "--baseline", str(REPO))
+    assert out.count("(same table)") == 2 and "2,000 of 2,000 ok" in out, out
+
+
 def test_part_cells_runs_beside_collect() -> None:
     out = _run("part_cells.py", "--cells", "2", "--megabytes", "0.1", "--repeat", "1")
     assert "collect (baseline)" in out and "cells_to_driver (toArrow)" in out, out

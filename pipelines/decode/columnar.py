@@ -55,6 +55,7 @@ from pipelines.decode.records import (
     DecodedRecord,
     decode_record,
 )
+from pipelines.model import distinct_sorted
 
 log = logging.getLogger(__name__)
 
@@ -490,7 +491,7 @@ def _invalid_utf8_rows(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     n = len(offsets) - 1
     bad = np.zeros(n, dtype=bool)
     high = np.flatnonzero(data >= 0x80)
-    rows = np.unique(np.searchsorted(offsets, high, side="right") - 1)
+    rows = distinct_sorted(np.searchsorted(offsets, high, side="right") - 1)
     starts, ends = offsets[rows], offsets[rows + 1]
     lengths = ends - starts
     sub_off = np.zeros(len(rows) + 1, dtype=np.int64)

@@ -32,6 +32,7 @@ from pipelines.decode.jsonify import dumps_spaced
 from pipelines.decode.partitioning import partition_for
 from pipelines.decode.records import CONTROL, OK, TOMBSTONE, DecodedRecord, decode_record
 from pipelines.decode.wire import ZERO_UUID
+from pipelines.model import distinct_sorted
 
 __all__ = ["json_lines", "record_json", "stats_counts"]
 
@@ -142,7 +143,7 @@ def _escaped_rows(arr: pa.Array) -> np.ndarray:
     hits = np.flatnonzero(_ESCAPED[np.frombuffer(data, dtype=np.uint8)[begin:end]])
     if not len(hits):
         return hits
-    return np.unique(np.searchsorted(offsets, hits + begin, side="right") - 1)
+    return distinct_sorted(np.searchsorted(offsets, hits + begin, side="right") - 1)
 
 
 def _dumps(value: Any) -> str:

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter, distinct_keys
-from pipelines.model import micros_of
+from pipelines.model import distinct_sorted, micros_of
 from pipelines.state.attribution import REASONS, key_ids
 
 ANOMALIES = "offset_anomalies"
@@ -445,7 +445,7 @@ def bound_anomalies(rows: pa.Table, bounds: pa.Table, at: pa.ChunkedArray | None
     n = rows.num_rows
     k_row, k_bound = key_ids([rows.column(c) for c in _PARTITION], [bounds.column(c) for c in _PARTITION])
     captured = micros_of(bounds.column("captured_at")).to_numpy()
-    times = np.unique(captured)
+    times = distinct_sorted(captured)
     # (partition, rank of the capture time) as one sortable integer per snapshot row
     width = np.int64(len(times) + 1)
     order = np.lexsort((captured, k_bound))  # stable: equal times keep the table's order

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter, distinct_keys
-from pipelines.model import OP
+from pipelines.model import OP, distinct_sorted
 from pipelines.state import last_ended, topics
 
 ATTRIBUTION = "commit_attribution"
@@ -245,7 +245,7 @@ def _reasons(gens: pa.Table, c_grp: np.ndarray, g_grp: np.ndarray, x: np.ndarray
     # an id-named KIP-848 row may be this very partition: not "unassigned" until the name is known
     id_named = pc.fill_null(pc.and_(pc.not_equal(gens.column("group_type"), "classic"),
                                     pc.match_substring_regex(gens.column("topic"), _TOPIC_ID)), False)
-    unresolved = np.unique(g_grp[id_named.to_numpy()]) if len(g_grp) else g_grp
+    unresolved = distinct_sorted(g_grp[id_named.to_numpy()]) if len(g_grp) else g_grp
     if len(unresolved):
         why = np.where((why == 2) & np.isin(c_grp, unresolved), 5, why)
     return why

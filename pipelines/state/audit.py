@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, read_batch
 from pipelines.lake.keys import KeyFilter, distinct_keys, quote_identifier, sql_literal
-from pipelines.model import OP, GroupRecord, LatestRecord, StateInput, kept_rows
+from pipelines.model import OP, GroupRecord, LatestRecord, StateInput, distinct_sorted, kept_rows
 from pipelines.state import last_ended, topics
 from pipelines.state.anomalies import (
     ANOMALIES,
@@ -424,7 +424,7 @@ def _chunks(engine: DeltaEngine, cluster_id: str, part: int, chunk: int):
     """(StateInput, commits) per position range of one offsets partition: ranges cut every
     ``chunk`` commits and together covering every position, group records included."""
     where = KeyFilter.of(("cluster_id", "offsets_partition"), {(cluster_id, part)})
-    offsets = np.unique(engine.read("offset_commits", ["offset"], where).column(0).to_numpy())
+    offsets = distinct_sorted(engine.read("offset_commits", ["offset"], where).column(0).to_numpy())
     gm = engine.read("group_metadata", ["group_id", "record_type", "is_tombstone", "offset"], where) \
         if engine.exists("group_metadata") else None
     if gm is not None:

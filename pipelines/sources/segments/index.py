@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.model import kept_rows
+from pipelines.model import distinct_sorted, kept_rows
 from pipelines.sources.batching import spread_budget
 from pipelines.sources.raw import INDEX_ARROW_SCHEMA, RAW_ARROW_SCHEMA, SPARK_RAW_SCHEMA
 from pipelines.sources.record_batches.arrow_reader import (
@@ -97,7 +97,7 @@ class PartitionIndex:
         stop = int(np.searchsorted(self.run_row, hi - 1, side="right"))
         files, positions = self.run_file[first:stop], self.run_pos[first:stop]
         out = []
-        for f in np.unique(files):
+        for f in distinct_sorted(files):
             mine = positions[files == f]
             begin, top = int(mine.min()), int(mine.max())
             out.append((self.files[f], begin, self._next_batch(int(f), top)))
