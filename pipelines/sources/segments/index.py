@@ -228,8 +228,7 @@ class SegmentIndexCache:
     def rows_of(self, segments: list) -> list[pa.Table]:
         """:meth:`rows` of each file, in order; the files another process is indexing are
         taken last, so that two processes going through the same files share the work."""
-        got = {i: self._rows(seg, wait=False) for i, seg in enumerate(segments)}
-        return [got[i] if got[i] is not None else self.rows(seg) for i, seg in enumerate(segments)]
+        return claimed_last(len(segments), lambda i, wait: self._rows(segments[i], wait))
 
     def _rows(self, segment, wait: bool) -> pa.Table | None:
         entry = self._entry(segment.path)
@@ -347,7 +346,7 @@ def _live_claim(claim: Path) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's live process
-        return True
+        pass
     return True
 
 
@@ -376,8 +375,15 @@ def index_partitions(plogs: list[PartitionLog], cache: SegmentIndexCache | None 
     indexing are taken last, so that the driver indexing ahead and the source's planner,
     going through the same partitions at once, share the work instead of repeating it."""
     cached = cached or [None] * len(plogs)
-    got = {i: index_partition(plog, cached[i], cache, wait=False) for i, plog in enumerate(plogs)}
-    return [got[i] or index_partition(plog, cached[i], cache) for i, plog in enumerate(plogs)]
+    return claimed_last(len(plogs), lambda i, wait: index_partition(plogs[i], cached[i], cache, wait))
+
+
+def claimed_last(count: int, get: Callable[[int, bool], T | None]) -> list[T]:
+    """``get(i, wait)`` for i in ``range(count)``, in order: first each without waiting, then,
+    waiting, those another process held (``get`` gave None), so that two processes going
+    through the same entries build different ones first."""
+    got = [get(i, False) for i in range(count)]
+    return [found if found is not None else get(i, True) for i, found in enumerate(got)]
 
 
 def index_partition(plog: PartitionLog, cached: PartitionIndex | None = None,
