@@ -291,3 +291,36 @@ def test_statistics_from_the_writer_hold_across_row_groups_nulls_and_long_string
         "maxValues": {"i": 9, "s": "é", "long": "o", "t": "1970-01-01T00:00:00.010Z", "flag": True, "d": "y"},
         "nullCount": {"i": 1, "s": 2, "long": 0, "t": 1, "flag": 1, "d": 1, "none": 6},
     }
+
+
+def test_record_bytes_have_no_parquet_bounds_and_delta_states_the_rest(tmp_path: Path) -> None:
+    """``offsets_raw``'s key and value bytes are written without Parquet statistics (nobody
+    filters row groups by them); every other column keeps its bounds, and the Delta log's
+    per-file statistics are what delta-rs states for the same rows (binary: none)."""
+    n = 40
+    raw = contract("offsets_raw").conform(pa.table({
+        "cluster_id": ["c"] * n,
+        "offsets_partition": [i % 3 for i in range(n)],
+        "offset": list(range(500, 500 + n)),
+        "key": [bytes([0, 1, i]) for i in range(n)],
+        "value": [None if i % 9 == 0 else bytes([0, 3, 255 - i]) for i in range(n)],
+        "timestamp": [datetime(2026, 1, 1, 0, 0, i, tzinfo=UTC) for i in range(n)],
+        "record_type": [1] * n,
+        "decode_status": ["ok"] * n,
+        "ingested_at": [datetime(2026, 1, 2, tzinfo=UTC)] * n,
+        "ingest_batch_id": [4] * n,
+    }))
+    lake = tmp_path / "offsets_raw"
+    written = write_data_file(lake, raw)
+    meta = pq.ParquetFile(lake / written.path).metadata.row_group(0)
+    stated = {meta.column(i).path_in_schema: meta.column(i).statistics for i in range(meta.num_columns)}
+    assert stated["key"] is None or not stated["key"].has_min_max
+    assert stated["value"] is None or not stated["value"].has_min_max
+    assert (stated["offset"].min, stated["offset"].max) == (500, 539)
+    assert (stated["cluster_id"].min, stated["record_type"].max) == ("c", 1)
+    write_deltalake(str(tmp_path / "theirs"), raw)
+    ours, theirs = json.loads(written.stats), _stats(tmp_path / "theirs")
+    for kind in ("minValues", "maxValues"):
+        assert "key" not in ours[kind] and "value" not in ours[kind]
+        assert {c: _value(v) for c, v in ours[kind].items()} == {c: _value(v) for c, v in theirs[kind].items()}
+    assert ours["nullCount"] == {c: k for c, k in theirs["nullCount"].items() if c not in ("key", "value")}

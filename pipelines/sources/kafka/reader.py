@@ -425,7 +425,7 @@ class _RangeReader:
         problems: list[Problem] = []
         for batch in bytes_to_arrow(data, path=f"{self.topic}-{self.partition}@{fetch_offset}",
                                     offsets_partition=self.partition, base_offset=0,
-                                    cluster_id=self.cluster_id, rows_per_batch=1 << 30,
+                                    cluster_id=self.cluster_id, rows_per_batch=None,
                                     problems=problems):
             yield _shape(batch, fetch_offset, self.end, batch_metadata=self.batch_metadata)
         if problems:

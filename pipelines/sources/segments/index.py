@@ -485,7 +485,7 @@ def read_regions(
         floor = int.from_bytes(data[:8], "big", signed=True) if len(data) >= 8 else 0
         table = pa.Table.from_batches(
             list(bytes_to_arrow(data, path=path, offsets_partition=offsets_partition,
-                                base_offset=floor, cluster_id=cluster_id,
+                                base_offset=floor, cluster_id=cluster_id, rows_per_batch=None,
                                 problems=[])),  # reported once, from the index (the driver)
             schema=RAW_ARROW_SCHEMA)
         where = table.schema.get_field_index("source_position")
