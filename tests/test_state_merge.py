@@ -18,8 +18,9 @@ import pytest
 from deltalake import DeltaTable
 
 from pipelines.ingest import ingest_segments_local
+from pipelines.lake import engines
 from pipelines.lake.contracts import contract
-from pipelines.lake.engines import DeltaRsEngine
+from pipelines.lake.engines import DeltaRsEngine, _plain_protocol
 from pipelines.lake.files import write_data_file
 from pipelines.model import OP
 from pipelines.state.audit import PositionRanges
@@ -133,7 +134,8 @@ def _offset_rows(groups: list[str], value: int) -> pa.Table:
         OP: ["upsert"] * n})
 
 
-def test_merge_rewrites_only_the_files_its_keys_can_be_in(tmp_path: Path) -> None:
+def test_merge_rewrites_only_the_files_its_keys_can_be_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engines, "REWRITE_BYTES", 0)  # every table too large for a rewrite: MERGEs
     spec = contract("committed_offsets")
     engine = DeltaRsEngine(tmp_path)
     # four files, each one key range of groups (the batches that inserted them)
@@ -152,3 +154,70 @@ def test_merge_rewrites_only_the_files_its_keys_can_be_in(tmp_path: Path) -> Non
     assert len(rows) == 400 and "g2-010" not in rows
     assert rows["g2-005"] == rows["g2-050"] == 7 and rows["g2-999"] == 8
     assert all(v == 1 for g, v in rows.items() if g not in ("g2-005", "g2-050", "g2-999"))
+
+
+def _with_op(rows: pa.Table, op: str) -> pa.Table:
+    return rows.set_column(rows.schema.get_field_index(OP), OP, pa.array([op] * rows.num_rows))
+
+
+def _sorted_rows(root: Path) -> list[dict]:
+    return sorted(DeltaRsEngine(root).read("committed_offsets").to_pylist(), key=lambda r: r["group_id"])
+
+
+def test_a_small_table_merges_by_a_rewrite_with_the_rows_a_merge_leaves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same change sets through delta-rs' MERGE (every table over the rewrite size) and
+    through the rewrite of a small table: the same rows after every batch; the rewrite
+    leaves one file, commits the batch's transaction (a replay is skipped) and removes the
+    files it read."""
+    spec = contract("committed_offsets")
+    batches = [
+        _offset_rows([f"g{j:02d}" for j in range(30)], 1),  # inserts into an empty table
+        pa.concat_tables([_offset_rows(["g03", "g07", "new-1"], 2),  # updates and an insert
+                          _with_op(_offset_rows(["g05", "g06", "absent"], 0), "delete")]),
+        _with_op(_offset_rows(["g08"], 0), "delete"),  # a delete alone
+        _offset_rows(["g09", "new-2"], 3),
+    ]
+    merged, rewritten = tmp_path / "merged", tmp_path / "rewritten"
+    for version, changes in enumerate(batches):
+        with monkeypatch.context() as m:
+            m.setattr(engines, "REWRITE_BYTES", 0)
+            assert DeltaRsEngine(merged).merge(spec, changes, "app", version)
+        assert DeltaRsEngine(rewritten).merge(spec, changes, "app", version)
+        assert _sorted_rows(rewritten) == _sorted_rows(merged), version
+    rows = {r["group_id"]: r["committed_offset"] for r in _sorted_rows(rewritten)}
+    assert len(rows) == 30 - 3 + 2 and rows["g03"] == rows["g07"] == rows["new-1"] == 2 and rows["new-2"] == 3
+    assert not {"g05", "g06", "g08", "absent"} & rows.keys()
+    table = DeltaTable(str(rewritten / "committed_offsets"))
+    assert [h["operation"] for h in table.history()][:4] == ["WRITE"] * 4  # not one MERGE
+    assert DeltaTable(str(merged / "committed_offsets")).history(1)[0]["operation"] == "MERGE"
+    assert len(table.file_uris()) == 1
+    assert table.transaction_version("app") == 3
+    last = [line for line in (rewritten / "committed_offsets" / "_delta_log" / "00000000000000000004.json")
+            .read_text().splitlines()]
+    assert sum('"remove"' in line for line in last) == 1 and sum('"add"' in line for line in last) == 1
+    # a replay of the last batch is skipped, and changes nothing
+    assert not DeltaRsEngine(rewritten).merge(spec, _offset_rows(["g09"], 99), "app", 3)
+    assert {r["group_id"]: r["committed_offset"] for r in _sorted_rows(rewritten)} == rows
+
+
+def test_a_key_named_twice_is_left_to_the_merge(tmp_path: Path) -> None:
+    """Two changes of one stored key: MERGE refuses them; the rewrite does not decide
+    otherwise (it hands the change set to the MERGE, which raises, and nothing is written)."""
+    spec = contract("committed_offsets")
+    engine = DeltaRsEngine(tmp_path)
+    engine.merge(spec, _offset_rows(["a", "b"], 1), "app", 0)
+    with pytest.raises(Exception, match="multiple source rows"):
+        engine.merge(spec, _offset_rows(["a", "a"], 2), "app", 1)
+    assert {r["group_id"]: r["committed_offset"] for r in _sorted_rows(tmp_path)} == {"a": 1, "b": 1}
+
+
+def test_only_plain_tables_are_rewritten(tmp_path: Path) -> None:
+    from deltalake import write_deltalake
+
+    spec = contract("committed_offsets")
+    rows = spec.conform(_offset_rows(["a"], 1).drop_columns([OP]))
+    write_deltalake(str(tmp_path / "plain"), rows)
+    write_deltalake(str(tmp_path / "append_only"), rows, configuration={"delta.appendOnly": "true"})
+    assert _plain_protocol(DeltaTable(str(tmp_path / "plain")))
+    assert not _plain_protocol(DeltaTable(str(tmp_path / "append_only")))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -24,6 +25,23 @@ from pipelines.model import OP
 
 log = logging.getLogger(__name__)
 
+#: Tables whose data files add up to at most this many bytes take a MERGE as a rewrite
+#: (:meth:`DeltaRsEngine._rewrite_small`). Measured on ``committed_offsets`` with 100
+#: changed keys, MERGE against rewrite: 1,000 rows 27 vs 18 ms, 10,000 rows 37 vs 15,
+#: 50,000 rows (66 KiB) 45 vs 33, 200,000 rows (276 KiB, one file) 88 vs 85. Larger tables
+#: are laid out so that a MERGE rewrites only the files of the changed keys.
+REWRITE_BYTES = 128 << 10
+
+
+def _plain_protocol(table) -> bool:
+    """A table with no reader or writer features (deletion vectors, column mapping...),
+    whose files hold its rows under the columns' own names, as this process writes them,
+    and which may lose files (not append-only)."""
+    protocol = table.protocol()
+    return protocol.min_reader_version == 1 and not protocol.reader_features \
+        and not protocol.writer_features and not any(
+            k.startswith("delta.columnMapping") for k in table.metadata().configuration) \
+        and table.metadata().configuration.get("delta.appendOnly") != "true"
 
 
 class DeltaEngine(Protocol):
@@ -297,6 +315,8 @@ class DeltaRsEngine:
             log.info("%s: batch %d of %s already merged, skipping", contract.name, version, app_id)
             return False
         source, stored, not_written = merge_source(contract, changes)
+        if not stored and self._rewrite_small(table, contract, source, app_id, version):
+            return True
         (
             table
             # streamed_exec=False: the change set is small and in memory, and only then does
@@ -310,6 +330,54 @@ class DeltaRsEngine:
             .when_not_matched_insert_all(f"s.{OP} = 'upsert'", except_cols=not_written)
             .execute()
         )
+        return True
+
+    def _rewrite_small(self, table, contract: TableContract, source: pa.Table, app_id: str,
+                       version: int) -> bool:
+        """A MERGE into a small table done as what it amounts to: every row read, the
+        changed keys' rows replaced or deleted in Arrow, the rows written as one file of
+        ours, and one commit that removes the old files and adds it (with the batch's
+        transaction, as a MERGE would). False, and nothing done, where a MERGE is needed:
+        a partitioned table, one over :data:`REWRITE_BYTES`, one with table features or
+        columns other than the contract's, or a change set naming a key twice.
+
+        Why: a MERGE rewrites every file holding a changed key, so a table of one small
+        file is rewritten either way, and delta-rs' MERGE adds ~15-25 ms of planning per
+        call. A micro-batch merges ~9 such tables (the groups, the members, the cursor, the
+        progress...): 258 -> 112 ms per batch in all, on the 10M history's."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        if table.metadata().partition_columns or not _plain_protocol(table):
+            return False
+        files = pa.table(table.get_add_actions(flatten=False)).select(["path", "size_bytes"])
+        if (pc.sum(files.column("size_bytes")).as_py() or 0) > REWRITE_BYTES:
+            return False
+        if pa.schema(table.schema().to_arrow()).names != contract.arrow_schema.names:
+            return False
+        key = list(contract.key)
+        changed = source.select(key)
+        if changed.group_by(key).aggregate([]).num_rows != changed.num_rows:
+            return False  # a MERGE decides what a key named twice means (it refuses)
+        target = contract.conform(table.to_pyarrow_dataset().to_table())
+        if target.num_rows:
+            # the rows no change matches, as MERGE's condition matches (a null key matches
+            # nothing); the join takes the keys alone (it cannot carry list columns)
+            rows = target.select(key).append_column("_row", pa.array(np.arange(target.num_rows)))
+            unmatched = rows.join(changed, keys=key, join_type="left anti").column("_row")
+            target = target.take(pa.array(np.sort(unmatched.to_numpy())))
+        upserts = source.filter(pc.equal(source.column(OP), "upsert")).select(contract.arrow_schema.names)
+        rows = pa.concat_tables([target, contract.conform(upserts)])
+        from deltalake.transaction import AddAction, RemoveAction
+
+        now = time.time_ns() // 1_000_000
+        actions: list = [RemoveAction(path, True, now, size, {}) for path, size in
+                         zip(files.column("path").to_pylist(), files.column("size_bytes").to_pylist(), strict=True)]
+        if rows.num_rows:
+            f = write_data_file(self.location.child(contract.name), rows, contract.delta_encoded)
+            actions.append(AddAction(f.path, f.size, {}, f.modification_time, True, f.stats))
+        table.create_write_transaction(actions, mode="append", schema=contract.arrow_schema,
+                                       commit_properties=self._commit(app_id, version))
         return True
 
     def read(self, table: str, columns: list[str] | None = None, filter_expr=None) -> pa.Table:
