@@ -221,3 +221,57 @@ def test_only_plain_tables_are_rewritten(tmp_path: Path) -> None:
     write_deltalake(str(tmp_path / "append_only"), rows, configuration={"delta.appendOnly": "true"})
     assert _plain_protocol(DeltaTable(str(tmp_path / "plain")))
     assert not _plain_protocol(DeltaTable(str(tmp_path / "append_only")))
+
+
+class _MergeOnlyEngine(DeltaRsEngine):
+    """delta-rs whose every change set goes through its MERGE (the code path before)."""
+
+    def _merge_as_write(self, *args, **kwargs) -> bool:
+        return False
+
+
+class _CountingEngine(DeltaRsEngine):
+    """delta-rs counting the MERGEs it did as writes: into empty tables, and as rewrites."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.as_writes: list[tuple[str, bool]] = []
+
+    def _merge_as_write(self, table, contract, *args) -> bool:
+        was_empty = not table.get_add_actions(flatten=False).num_rows
+        done = super()._merge_as_write(table, contract, *args)
+        if done:
+            self.as_writes.append((contract.name, was_empty))
+        return done
+
+
+@pytest.mark.parametrize("name", ["generated", "scenario-a"])
+def test_state_tables_from_merges_done_as_writes_equal_those_from_merges(
+        name: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every table of a lake whose MERGEs into empty and small tables were writes equals, row
+    for row, the lake ingested through MERGEs alone, batch after batch (40 records a batch)."""
+    data = _scenario(name, tmp_path_factory)
+    lake, oracle = tmp_path / "lake", tmp_path / "merged"
+    engine = _CountingEngine(lake)
+    report = ingest_segments_local(data / "segments", lake, engine=engine, max_records_per_batch=40)
+    assert report.batches > 3
+    ingest_segments_local(data / "segments", oracle, engine=_MergeOnlyEngine(oracle), max_records_per_batch=40)
+    for table in ALL_TABLES:
+        assert table_rows(lake, table) == table_rows(oracle, table), table
+    # both kinds happened: the partitioned ownership table's first batch appended, small
+    # tables rewritten (each more than once)
+    assert ("group_generations", True) in engine.as_writes
+    rewritten = [t for t, empty in engine.as_writes if not empty]
+    assert {"committed_offsets", "consumer_groups", "offset_audit_cursor"} <= {t for t in rewritten if rewritten.count(t) > 1}
+
+
+def test_a_merge_of_deletes_into_an_empty_table_commits_its_transaction(tmp_path: Path) -> None:
+    spec = contract("group_generations")
+    engine = DeltaRsEngine(tmp_path)
+    gone = spec.change_set([{"cluster_id": "c", "group_id": "g", "generation": 1, "member_id": "m", "topic": "t",
+                             "partition": 0, "group_type": "classic", "valid_from_offset": 5}], "delete")
+    assert engine.merge(spec, gone, "app", 0)
+    table = DeltaTable(str(tmp_path / "group_generations"))
+    assert table.transaction_version("app") == 0 and table.to_pyarrow_table().num_rows == 0
+    assert table.history(1)[0]["operation"] == "WRITE"
+    assert not engine.merge(spec, gone, "app", 0)  # a replay: skipped

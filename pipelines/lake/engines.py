@@ -26,7 +26,7 @@ from pipelines.model import OP
 log = logging.getLogger(__name__)
 
 #: Tables whose data files add up to at most this many bytes take a MERGE as a rewrite
-#: (:meth:`DeltaRsEngine._rewrite_small`). Measured on ``committed_offsets`` with 100
+#: (:meth:`DeltaRsEngine._merge_as_write`). Measured on ``committed_offsets`` with 100
 #: changed keys, MERGE against rewrite: 1,000 rows 27 vs 18 ms, 10,000 rows 37 vs 15,
 #: 50,000 rows (66 KiB) 45 vs 33, 200,000 rows (276 KiB, one file) 88 vs 85. Larger tables
 #: are laid out so that a MERGE rewrites only the files of the changed keys.
@@ -315,7 +315,7 @@ class DeltaRsEngine:
             log.info("%s: batch %d of %s already merged, skipping", contract.name, version, app_id)
             return False
         source, stored, not_written = merge_source(contract, changes)
-        if not stored and self._rewrite_small(table, contract, source, app_id, version):
+        if self._merge_as_write(table, contract, source, stored, app_id, version):
             return True
         (
             table
@@ -332,42 +332,53 @@ class DeltaRsEngine:
         )
         return True
 
-    def _rewrite_small(self, table, contract: TableContract, source: pa.Table, app_id: str,
-                       version: int) -> bool:
-        """A MERGE into a small table done as what it amounts to: every row read, the
-        changed keys' rows replaced or deleted in Arrow, the rows written as one file of
-        ours, and one commit that removes the old files and adds it (with the batch's
-        transaction, as a MERGE would). False, and nothing done, where a MERGE is needed:
-        a partitioned table, one over :data:`REWRITE_BYTES`, one with table features or
-        columns other than the contract's, or a change set naming a key twice.
+    def _merge_as_write(self, table, contract: TableContract, source: pa.Table, stored: list[str],
+                        app_id: str, version: int) -> bool:
+        """A MERGE done as the write it amounts to, committed with the batch's transaction as
+        the MERGE would be; False, and nothing done, where it takes a MERGE.
 
-        Why: a MERGE rewrites every file holding a changed key, so a table of one small
-        file is rewritten either way, and delta-rs' MERGE adds ~15-25 ms of planning per
-        call. A micro-batch merges ~9 such tables (the groups, the members, the cursor, the
-        progress...): 258 -> 112 ms per batch in all, on the 10M history's."""
+        * Into an empty table, a MERGE inserts the change set's upserts (a delete matches
+          nothing, no row can match twice): an append. The group-heavy history's first batch
+          opens 658k ownership rows, whose MERGE took 1.2 s of CPU.
+        * Into a small table (at most :data:`REWRITE_BYTES` of files, not partitioned), a
+          MERGE rewrites every file anyway: its rows are read, the changed keys' rows
+          replaced or deleted in Arrow, written as one file of ours, and committed with the
+          removal of the files read. delta-rs' MERGE spends ~15-25 ms planning each call, and
+          a micro-batch merges ~9 such tables (the groups, the members, the cursor, the
+          progress...): 258 -> 112 ms per batch of the 10M history.
+
+        Only tables with the contract's columns and no table features (:func:`_plain_protocol`);
+        a change set naming a stored key twice is left to the MERGE (which refuses it)."""
         import numpy as np
         import pyarrow.compute as pc
 
-        if table.metadata().partition_columns or not _plain_protocol(table):
+        names = contract.arrow_schema.names
+        if pa.schema(table.schema().to_arrow()).names != names or not _plain_protocol(table):
             return False
         files = pa.table(table.get_add_actions(flatten=False)).select(["path", "size_bytes"])
-        if (pc.sum(files.column("size_bytes")).as_py() or 0) > REWRITE_BYTES:
+        upserts = contract.conform(source.filter(pc.equal(source.column(OP), "upsert")).select(names))
+        partitioned = bool(table.metadata().partition_columns)
+        if files.num_rows and (partitioned or stored or pc.sum(files.column("size_bytes")).as_py() > REWRITE_BYTES):
             return False
-        if pa.schema(table.schema().to_arrow()).names != contract.arrow_schema.names:
-            return False
-        key = list(contract.key)
-        changed = source.select(key)
-        if changed.group_by(key).aggregate([]).num_rows != changed.num_rows:
-            return False  # a MERGE decides what a key named twice means (it refuses)
-        target = contract.conform(table.to_pyarrow_dataset().to_table())
-        if target.num_rows:
+        commit = self._commit(app_id, version)
+        if not files.num_rows and partitioned and upserts.num_rows:
+            from deltalake import write_deltalake
+
+            write_deltalake(table, upserts, mode="append", commit_properties=commit,
+                            storage_options=self.storage_options, writer_properties=delta_rs_writer(contract))
+            return True
+        rows = upserts
+        if files.num_rows:
+            key = list(contract.key)
+            changed = source.select(key)
+            if changed.group_by(key).aggregate([]).num_rows != changed.num_rows:
+                return False
+            target = contract.conform(table.to_pyarrow_dataset().to_table())
             # the rows no change matches, as MERGE's condition matches (a null key matches
             # nothing); the join takes the keys alone (it cannot carry list columns)
-            rows = target.select(key).append_column("_row", pa.array(np.arange(target.num_rows)))
-            unmatched = rows.join(changed, keys=key, join_type="left anti").column("_row")
-            target = target.take(pa.array(np.sort(unmatched.to_numpy())))
-        upserts = source.filter(pc.equal(source.column(OP), "upsert")).select(contract.arrow_schema.names)
-        rows = pa.concat_tables([target, contract.conform(upserts)])
+            at = target.select(key).append_column("_row", pa.array(np.arange(target.num_rows)))
+            unmatched = at.join(changed, keys=key, join_type="left anti").column("_row")
+            rows = pa.concat_tables([target.take(pa.array(np.sort(unmatched.to_numpy()))), upserts])
         from deltalake.transaction import AddAction, RemoveAction
 
         now = time.time_ns() // 1_000_000
@@ -377,7 +388,7 @@ class DeltaRsEngine:
             f = write_data_file(self.location.child(contract.name), rows, contract.delta_encoded)
             actions.append(AddAction(f.path, f.size, {}, f.modification_time, True, f.stats))
         table.create_write_transaction(actions, mode="append", schema=contract.arrow_schema,
-                                       commit_properties=self._commit(app_id, version))
+                                       commit_properties=commit)
         return True
 
     def read(self, table: str, columns: list[str] | None = None, filter_expr=None) -> pa.Table:
