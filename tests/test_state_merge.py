@@ -212,6 +212,20 @@ def test_a_key_named_twice_is_left_to_the_merge(tmp_path: Path) -> None:
     assert {r["group_id"]: r["committed_offset"] for r in _sorted_rows(tmp_path)} == {"a": 1, "b": 1}
 
 
+def test_a_table_with_columns_other_than_the_contracts_keeps_its_merge(tmp_path: Path) -> None:
+    """A column the contract does not know (a newer writer's) survives: no rewrite drops it."""
+    from deltalake import write_deltalake
+
+    spec = contract("committed_offsets")
+    rows = spec.conform(_offset_rows(["a", "b"], 1).drop_columns([OP]))
+    write_deltalake(str(tmp_path / "committed_offsets"), rows.append_column("extra", pa.array(["x", "y"])))
+    assert DeltaRsEngine(tmp_path).merge(spec, _offset_rows(["a"], 2), "app", 0)
+    table = DeltaTable(str(tmp_path / "committed_offsets"))
+    assert table.history(1)[0]["operation"] == "MERGE"
+    got = {r["group_id"]: (r["committed_offset"], r["extra"]) for r in table.to_pyarrow_table().to_pylist()}
+    assert got == {"a": (2, "x"), "b": (1, "y")}
+
+
 def test_only_plain_tables_are_rewritten(tmp_path: Path) -> None:
     from deltalake import write_deltalake
 
@@ -238,7 +252,7 @@ class _CountingEngine(DeltaRsEngine):
         self.as_writes: list[tuple[str, bool]] = []
 
     def _merge_as_write(self, table, contract, *args) -> bool:
-        was_empty = not table.get_add_actions(flatten=False).num_rows
+        was_empty = not table.file_uris()
         done = super()._merge_as_write(table, contract, *args)
         if done:
             self.as_writes.append((contract.name, was_empty))

@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 REWRITE_BYTES = 128 << 10
 
 
+def _columns(schema) -> list[tuple]:
+    """A Delta schema's columns as (name, type, nullable), comments aside."""
+    return [(f.name, f.type, f.nullable) for f in schema.fields]
+
+
 def _plain_protocol(table) -> bool:
     """A table with no reader or writer features (deletion vectors, column mapping...),
     whose files hold its rows under the columns' own names, as this process writes them,
@@ -347,15 +352,20 @@ class DeltaRsEngine:
           a micro-batch merges ~9 such tables (the groups, the members, the cursor, the
           progress...): 258 -> 112 ms per batch of the 10M history.
 
-        Only tables with the contract's columns and no table features (:func:`_plain_protocol`);
-        a change set naming a stored key twice is left to the MERGE (which refuses it)."""
+        Only tables with the contract's columns (names, types, nullability) and no table
+        features (:func:`_plain_protocol`); a change set naming a stored key twice is left
+        to the MERGE (which refuses it)."""
         import numpy as np
         import pyarrow.compute as pc
+        from deltalake import Schema as DeltaSchema
 
-        names = contract.arrow_schema.names
-        if pa.schema(table.schema().to_arrow()).names != names or not _plain_protocol(table):
+        if _columns(table.schema()) != _columns(DeltaSchema.from_arrow(contract.arrow_schema)) \
+                or not _plain_protocol(table):
             return False
-        files = pa.table(table.get_add_actions(flatten=False)).select(["path", "size_bytes"])
+        names = contract.arrow_schema.names
+        # through the Arrow stream: pa.table() would first ask whether it is a pandas object
+        # (the first such question imports pandas, ~0.2 s)
+        files = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=False)).read_all()
         upserts = contract.conform(source.filter(pc.equal(source.column(OP), "upsert")).select(names))
         partitioned = bool(table.metadata().partition_columns)
         if files.num_rows and (partitioned or stored or pc.sum(files.column("size_bytes")).as_py() > REWRITE_BYTES):
