@@ -225,6 +225,26 @@ def test_columnar_equals_per_row_codec(
     _assert_same(keys, values, control, large=large, chunks=min(chunks, len(records)), lead=lead)
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.data_too_large])
+@given(
+    pool=st.lists(_record, min_size=1, max_size=6),
+    picks=st.lists(st.integers(0, 5), min_size=12, max_size=40),
+    controls=st.lists(st.booleans(), min_size=40, max_size=40),
+    large=st.booleans(),
+)
+def test_repeated_keys_equal_per_row_codec(
+    pool: list[tuple[Key, Value]], picks: list[int], controls: list[bool], large: bool
+) -> None:
+    """A log repeats its keys, and the group and topic strings are then cut once per distinct
+    key (at most half as many as rows): the same rows as the per-row codec, malformed keys,
+    bad UTF-8, tombstones and control records sharing a key included."""
+    records = [pool[i % len(pool)] for i in picks]
+    keys, values = [k for k, _ in records], [v for _, v in records]
+    control = [c and i % 3 == 0 for i, c in enumerate(controls[: len(records)])]
+    _assert_same(keys, values, control, large=large)
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.data_too_large])
 @given(records=st.lists(_offset_commit(), min_size=1, max_size=20))

@@ -18,9 +18,9 @@ import pytest
 from deltalake import DeltaTable
 
 from pipelines.ingest import ingest_segments_local
-from pipelines.lake import engines
+from pipelines.lake import merge_writes
 from pipelines.lake.contracts import contract
-from pipelines.lake.engines import DeltaRsEngine, _plain_protocol
+from pipelines.lake.engines import DeltaRsEngine
 from pipelines.lake.files import write_data_file
 from pipelines.model import OP
 from pipelines.state.audit import PositionRanges
@@ -135,7 +135,7 @@ def _offset_rows(groups: list[str], value: int) -> pa.Table:
 
 
 def test_merge_rewrites_only_the_files_its_keys_can_be_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engines, "REWRITE_BYTES", 0)  # every table too large for a rewrite: MERGEs
+    monkeypatch.setattr(merge_writes, "REWRITE_BYTES", 0)  # every table too large for a rewrite: MERGEs
     spec = contract("committed_offsets")
     engine = DeltaRsEngine(tmp_path)
     # four files, each one key range of groups (the batches that inserted them)
@@ -181,7 +181,7 @@ def test_a_small_table_merges_by_a_rewrite_with_the_rows_a_merge_leaves(
     merged, rewritten = tmp_path / "merged", tmp_path / "rewritten"
     for version, changes in enumerate(batches):
         with monkeypatch.context() as m:
-            m.setattr(engines, "REWRITE_BYTES", 0)
+            m.setattr(merge_writes, "REWRITE_BYTES", 0)
             assert DeltaRsEngine(merged).merge(spec, changes, "app", version)
         assert DeltaRsEngine(rewritten).merge(spec, changes, "app", version)
         assert _sorted_rows(rewritten) == _sorted_rows(merged), version
@@ -233,8 +233,8 @@ def test_only_plain_tables_are_rewritten(tmp_path: Path) -> None:
     rows = spec.conform(_offset_rows(["a"], 1).drop_columns([OP]))
     write_deltalake(str(tmp_path / "plain"), rows)
     write_deltalake(str(tmp_path / "append_only"), rows, configuration={"delta.appendOnly": "true"})
-    assert _plain_protocol(DeltaTable(str(tmp_path / "plain")))
-    assert not _plain_protocol(DeltaTable(str(tmp_path / "append_only")))
+    assert merge_writes.plain_table(DeltaTable(str(tmp_path / "plain")))
+    assert not merge_writes.plain_table(DeltaTable(str(tmp_path / "append_only")))
 
 
 class _MergeOnlyEngine(DeltaRsEngine):

@@ -413,8 +413,7 @@ def _decode_chunk(
 
     # --- strings (UTF-8 checked by Arrow; a row that fails goes per row)
     key_rows = key.ok & (val.ok | val.tomb)
-    group, bad_g = _strings(k, k.start + 4, key.glen, key_rows)
-    topic, bad_t = _strings(k, key.tpos + 2, key.tlen, key_rows)
+    group, bad_g, topic, bad_t = _key_strings(keys, k, key, key_rows)
     metadata, bad_m = _strings(v, val.mstart, val.mlen, val.ok)
     bad = bad_g | bad_t | bad_m
     vok, tomb, key_rows = val.ok & ~bad, val.tomb & ~bad, key_rows & ~bad
@@ -444,6 +443,30 @@ def _decode_chunk(
         log.debug("decoded %d rows: %d fast, %d per row, %d deferred, %d control", n,
                   int(key_rows.sum()), len(rows), int(deferred.sum()), int(ctrl.sum()))
     return pa.RecordBatch.from_arrays([arrays[c] for c in DECODED_COLUMNS], schema=OUTPUT_SCHEMA)
+
+
+def _key_strings(keys: pa.Array, k: _Binary, key: _KeyLayout, key_rows: np.ndarray
+                 ) -> tuple[pa.Array, np.ndarray, pa.Array, np.ndarray]:
+    """The group and topic of each of ``key_rows`` (null elsewhere), and masks of the rows
+    whose group or topic bytes are not valid UTF-8.
+
+    Why by distinct key: a log repeats its keys (a group commits the same partitions again
+    and again; the 20 largest real segment files hold 2-8 distinct keys each). The strings
+    are cut from the distinct keys and taken for every row: 1M commits over 25 keys 108 ->
+    35 ms. Keys mostly distinct (a log just compacted) are cut row by row, as before."""
+    encoded = pc.dictionary_encode(keys)
+    if not len(encoded.dictionary) or 2 * len(encoded.dictionary) > len(keys):
+        group, bad_g = _strings(k, k.start + 4, key.glen, key_rows)
+        topic, bad_t = _strings(k, key.tpos + 2, key.tlen, key_rows)
+        return group, bad_g, topic, bad_t
+    distinct = _Binary(encoded.dictionary)
+    layout = _key_layout(distinct, np.zeros(len(encoded.dictionary), dtype=bool))
+    # a row's key is well formed (key_rows) only if its distinct key is
+    group, bad_g = _strings(distinct, distinct.start + 4, layout.glen, layout.ok)
+    topic, bad_t = _strings(distinct, layout.tpos + 2, layout.tlen, layout.ok)
+    at = np.where(key_rows, pc.fill_null(encoded.indices, 0).to_numpy(), 0)
+    take = pa.array(at.astype(np.int32), mask=~key_rows)
+    return group.take(take), bad_g[at] & key_rows, topic.take(take), bad_t[at] & key_rows
 
 
 def _strings(

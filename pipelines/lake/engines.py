@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from pathlib import Path
 from typing import Protocol
 
@@ -21,33 +20,10 @@ from pipelines.lake.contracts import ADDED_COLUMNS, TableContract, upgraded
 from pipelines.lake.files import DataFile, delta_rs_writer, write_data_file
 from pipelines.lake.keys import KeyFilter
 from pipelines.lake.location import LakeLocation, lake_location
+from pipelines.lake.merge_writes import merge_as_write
 from pipelines.model import OP
 
 log = logging.getLogger(__name__)
-
-#: Tables whose data files add up to at most this many bytes take a MERGE as a rewrite
-#: (:meth:`DeltaRsEngine._merge_as_write`). Measured on ``committed_offsets`` with 100
-#: changed keys, MERGE against rewrite: 1,000 rows 27 vs 18 ms, 10,000 rows 37 vs 15,
-#: 50,000 rows (66 KiB) 45 vs 33, 200,000 rows (276 KiB, one file) 88 vs 85. Larger tables
-#: are laid out so that a MERGE rewrites only the files of the changed keys.
-REWRITE_BYTES = 128 << 10
-
-
-def _columns(schema) -> list[tuple]:
-    """A Delta schema's columns as (name, type, nullable), comments aside."""
-    return [(f.name, f.type, f.nullable) for f in schema.fields]
-
-
-def _plain_protocol(table) -> bool:
-    """A table with no reader or writer features (deletion vectors, column mapping...),
-    whose files hold its rows under the columns' own names, as this process writes them,
-    and which may lose files (not append-only)."""
-    protocol = table.protocol()
-    return protocol.min_reader_version == 1 and not protocol.reader_features \
-        and not protocol.writer_features and not any(
-            k.startswith("delta.columnMapping") for k in table.metadata().configuration) \
-        and table.metadata().configuration.get("delta.appendOnly") != "true"
-
 
 class DeltaEngine(Protocol):
     name: str
@@ -339,67 +315,10 @@ class DeltaRsEngine:
 
     def _merge_as_write(self, table, contract: TableContract, source: pa.Table, stored: list[str],
                         app_id: str, version: int) -> bool:
-        """A MERGE done as the write it amounts to, committed with the batch's transaction as
-        the MERGE would be; False, and nothing done, where it takes a MERGE.
-
-        * Into an empty table, a MERGE inserts the change set's upserts (a delete matches
-          nothing, no row can match twice): an append. The group-heavy history's first batch
-          opens 658k ownership rows, whose MERGE took 1.2 s of CPU.
-        * Into a small table (at most :data:`REWRITE_BYTES` of files, not partitioned), a
-          MERGE rewrites every file anyway: its rows are read, the changed keys' rows
-          replaced or deleted in Arrow, written as one file of ours, and committed with the
-          removal of the files read. delta-rs' MERGE spends ~15-25 ms planning each call, and
-          a micro-batch merges ~9 such tables (the groups, the members, the cursor, the
-          progress...): 258 -> 112 ms per batch of the 10M history.
-
-        Only tables with the contract's columns (names, types, nullability) and no table
-        features (:func:`_plain_protocol`); a change set naming a stored key twice is left
-        to the MERGE (which refuses it)."""
-        import numpy as np
-        import pyarrow.compute as pc
-        from deltalake import Schema as DeltaSchema
-
-        if _columns(table.schema()) != _columns(DeltaSchema.from_arrow(contract.arrow_schema)) \
-                or not _plain_protocol(table):
-            return False
-        names = contract.arrow_schema.names
-        # through the Arrow stream: pa.table() would first ask whether it is a pandas object
-        # (the first such question imports pandas, ~0.2 s)
-        files = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=False)).read_all()
-        upserts = contract.conform(source.filter(pc.equal(source.column(OP), "upsert")).select(names))
-        partitioned = bool(table.metadata().partition_columns)
-        if files.num_rows and (partitioned or stored or pc.sum(files.column("size_bytes")).as_py() > REWRITE_BYTES):
-            return False
-        commit = self._commit(app_id, version)
-        if not files.num_rows and partitioned and upserts.num_rows:
-            from deltalake import write_deltalake
-
-            write_deltalake(table, upserts, mode="append", commit_properties=commit,
-                            storage_options=self.storage_options, writer_properties=delta_rs_writer(contract))
-            return True
-        rows = upserts
-        if files.num_rows:
-            key = list(contract.key)
-            changed = source.select(key)
-            if changed.group_by(key).aggregate([]).num_rows != changed.num_rows:
-                return False
-            target = contract.conform(table.to_pyarrow_dataset().to_table())
-            # the rows no change matches, as MERGE's condition matches (a null key matches
-            # nothing); the join takes the keys alone (it cannot carry list columns)
-            at = target.select(key).append_column("_row", pa.array(np.arange(target.num_rows)))
-            unmatched = at.join(changed, keys=key, join_type="left anti").column("_row")
-            rows = pa.concat_tables([target.take(pa.array(np.sort(unmatched.to_numpy()))), upserts])
-        from deltalake.transaction import AddAction, RemoveAction
-
-        now = time.time_ns() // 1_000_000
-        actions: list = [RemoveAction(path, True, now, size, {}) for path, size in
-                         zip(files.column("path").to_pylist(), files.column("size_bytes").to_pylist(), strict=True)]
-        if rows.num_rows:
-            f = write_data_file(self.location.child(contract.name), rows, contract.delta_encoded)
-            actions.append(AddAction(f.path, f.size, {}, f.modification_time, True, f.stats))
-        table.create_write_transaction(actions, mode="append", schema=contract.arrow_schema,
-                                       commit_properties=commit)
-        return True
+        """:func:`~pipelines.lake.merge_writes.merge_as_write` (a method: tests compare it
+        with the MERGE it stands for)."""
+        return merge_as_write(table, contract, source, stored, self.location, self._commit(app_id, version),
+                              self.storage_options)
 
     def read(self, table: str, columns: list[str] | None = None, filter_expr=None) -> pa.Table:
         if not self.exists(table):
