@@ -233,8 +233,16 @@ def test_only_plain_tables_are_rewritten(tmp_path: Path) -> None:
     rows = spec.conform(_offset_rows(["a"], 1).drop_columns([OP]))
     write_deltalake(str(tmp_path / "plain"), rows)
     write_deltalake(str(tmp_path / "append_only"), rows, configuration={"delta.appendOnly": "true"})
+    write_deltalake(str(tmp_path / "cdf"), rows, configuration={"delta.enableChangeDataFeed": "true"})
     assert merge_writes.plain_table(DeltaTable(str(tmp_path / "plain")))
     assert not merge_writes.plain_table(DeltaTable(str(tmp_path / "append_only")))
+    # a change data feed: the MERGE writes the changes a rewrite would not
+    assert not merge_writes.plain_table(DeltaTable(str(tmp_path / "cdf")))
+    engine = DeltaRsEngine(tmp_path)
+    cdf = contract("committed_offsets")
+    write_deltalake(str(tmp_path / "committed_offsets"), rows, configuration={"delta.enableChangeDataFeed": "true"})
+    assert engine.merge(cdf, _offset_rows(["a"], 2), "app", 0)
+    assert DeltaTable(str(tmp_path / "committed_offsets")).history(1)[0]["operation"] == "MERGE"
 
 
 class _MergeOnlyEngine(DeltaRsEngine):

@@ -102,10 +102,14 @@ def _columns(schema) -> list[tuple]:
 
 
 def plain_table(table) -> bool:
-    """A table with no reader or writer features (deletion vectors, column mapping...),
-    whose files hold its rows under the columns' own names, as this process writes them,
-    and which may lose files (not append-only)."""
+    """A table of the protocol delta-rs creates (reader 1, writer 2, no table features): no
+    check constraints (writer 3), change data feed or generated columns (4), column mapping
+    (5), deletion vectors... that a MERGE would honour and a file of ours would not. Its
+    files hold its rows under the columns' own names, and it may lose files (not
+    append-only)."""
     protocol, configuration = table.protocol(), table.metadata().configuration
-    return (protocol.min_reader_version == 1 and not protocol.reader_features and not protocol.writer_features
-            and not any(k.startswith("delta.columnMapping") for k in configuration)
-            and configuration.get("delta.appendOnly") != "true")
+    return (protocol.min_reader_version == 1 and protocol.min_writer_version <= 2
+            and not protocol.reader_features and not protocol.writer_features
+            and not any(k.startswith(("delta.columnMapping", "delta.constraints.")) for k in configuration)
+            and configuration.get("delta.appendOnly") != "true"
+            and configuration.get("delta.enableChangeDataFeed") != "true")
