@@ -25,6 +25,7 @@ from pipelines.model import OP
 
 log = logging.getLogger(__name__)
 
+
 class DeltaEngine(Protocol):
     name: str
     root: Path
