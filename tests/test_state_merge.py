@@ -297,3 +297,36 @@ def test_a_merge_of_deletes_into_an_empty_table_commits_its_transaction(tmp_path
     assert table.transaction_version("app") == 0 and table.to_pyarrow_table().num_rows == 0
     assert table.history(1)[0]["operation"] == "WRITE"
     assert not engine.merge(spec, gone, "app", 0)  # a replay: skipped
+
+
+@pytest.mark.parametrize("stored", [0, 3], ids=["empty table", "small table"])
+def test_a_commit_between_the_read_and_the_write_fails_the_write_loudly(
+        stored: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer's commit to the table after this write read it (here: while its file
+    is written): the write is not retried onto the newer version, which could leave a key
+    twice or undo the other's change. It fails, naming the table, and nothing of it lands
+    (its transaction neither): a rerun replays it. A MERGE fails the same way."""
+    spec = contract("committed_offsets")
+    if stored:
+        DeltaRsEngine(tmp_path).merge(spec, _offset_rows([f"s{i}" for i in range(stored)], 1), "app", 0)
+    ours, theirs = DeltaRsEngine(tmp_path), DeltaRsEngine(tmp_path)
+    write = merge_writes.write_data_file
+    raced: list[bool] = []
+
+    def racing_write(*args, **kwargs):
+        if not raced:  # the other writer commits the same key meanwhile
+            raced.append(False)
+            raced[0] = theirs.merge(spec, _offset_rows(["k"], 5), "other", 0)
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(merge_writes, "write_data_file", racing_write)
+    with pytest.raises(merge_writes.ConcurrentWriteError, match="committed_offsets: another writer committed"):
+        ours.merge(spec, _offset_rows(["k"], 7), "app", 1)
+    assert raced == [True]
+    table = DeltaTable(str(tmp_path / "committed_offsets"))
+    rows = sorted((r["group_id"], r["committed_offset"]) for r in table.to_pyarrow_table().to_pylist())
+    assert rows == sorted([(f"s{i}", 1) for i in range(stored)] + [("k", 5)])
+    assert table.transaction_version("app") == (0 if stored else None)
+    monkeypatch.setattr(merge_writes, "write_data_file", write)
+    assert DeltaRsEngine(tmp_path).merge(spec, _offset_rows(["k"], 7), "app", 1)  # the rerun
+    assert {r["group_id"]: r["committed_offset"] for r in _sorted_rows(tmp_path)}["k"] == 7

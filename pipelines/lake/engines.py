@@ -318,8 +318,7 @@ class DeltaRsEngine:
                         app_id: str, version: int) -> bool:
         """:func:`~pipelines.lake.merge_writes.merge_as_write` (a method: tests compare it
         with the MERGE it stands for)."""
-        return merge_as_write(table, contract, source, stored, self.location, self._commit(app_id, version),
-                              self.storage_options)
+        return merge_as_write(table, contract, source, stored, self.location, app_id, version, self.storage_options)
 
     def read(self, table: str, columns: list[str] | None = None, filter_expr=None) -> pa.Table:
         if not self.exists(table):

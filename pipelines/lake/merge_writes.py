@@ -13,7 +13,12 @@ batch of the 10M history against 112 ms as writes. Two kinds of MERGE are writes
   read, the changed keys' rows replaced or deleted in Arrow, written as one file, and
   committed with the removal of the files read.
 
-Both commit the batch's transaction as the MERGE would, so a replay is skipped as before.
+Both commit the batch's transaction as the MERGE would, so a replay is skipped as before,
+and only onto the version they read: a MERGE fails when another writer added or removed
+rows it may match meanwhile, and delta-rs checks no such thing for a plain commit of files,
+so these commits are not retried onto a newer version (``max_commit_retries=0``). Any commit
+to the table in between fails the write loudly (:class:`ConcurrentWriteError`), and nothing
+of it lands.
 """
 
 from __future__ import annotations
@@ -37,15 +42,20 @@ from pipelines.model import OP
 REWRITE_BYTES = 128 << 10
 
 
+class ConcurrentWriteError(RuntimeError):
+    """Another writer committed to a table while a batch's changes were written into it."""
+
+
 def merge_as_write(table, contract: TableContract, source: pa.Table, stored: list[str],
-                   lake: LakeLocation, commit, storage_options: dict[str, str]) -> bool:
+                   lake: LakeLocation, app_id: str, version: int, storage_options: dict[str, str]) -> bool:
     """Do the MERGE of ``source`` (a change set as ``merge_source`` made it; ``stored``: its
-    partition columns) into ``table`` as a write committed with ``commit`` (the batch's
-    transaction), where it is one of the two kinds above; False, and nothing done, where it
-    takes a MERGE. Only tables with the contract's columns (names, types, nullability) and
-    no table features (:func:`plain_table`); a change set naming a stored key twice is left
-    to the MERGE (which refuses it)."""
-    from deltalake import Schema
+    partition columns) into ``table`` as a write committed with batch ``version`` of
+    ``app_id``'s transaction, where it is one of the two kinds above; False, and nothing
+    done, where it takes a MERGE. Only tables with the contract's columns (names, types,
+    nullability) and no table features (:func:`plain_table`); a change set naming a stored
+    key twice is left to the MERGE (which refuses it)."""
+    from deltalake import CommitProperties, Schema, Transaction
+    from deltalake.exceptions import CommitFailedError
 
     partitioned = bool(table.metadata().partition_columns)
     if (partitioned or stored) and table.file_uris():
@@ -58,18 +68,32 @@ def merge_as_write(table, contract: TableContract, source: pa.Table, stored: lis
         return False
     names = contract.arrow_schema.names
     upserts = contract.conform(source.filter(pc.equal(source.column(OP), "upsert")).select(names))
-    if not files.num_rows and partitioned and upserts.num_rows:
-        from deltalake import write_deltalake
-
-        write_deltalake(table, upserts, mode="append", commit_properties=commit,
-                        storage_options=storage_options, writer_properties=delta_rs_writer(contract))
-        return True
     rows = upserts
     if files.num_rows:
         kept = _unmatched(table, contract, source)
         if kept is None:
             return False
         rows = pa.concat_tables([kept, upserts])
+    commit = CommitProperties(app_transactions=[Transaction(app_id=app_id, version=version)],
+                              max_commit_retries=0)
+    try:
+        if not files.num_rows and partitioned and upserts.num_rows:
+            from deltalake import write_deltalake
+
+            write_deltalake(table, upserts, mode="append", commit_properties=commit,
+                            storage_options=storage_options, writer_properties=delta_rs_writer(contract))
+        else:
+            table.create_write_transaction(_actions(files, rows, contract, lake), mode="append",
+                                           schema=contract.arrow_schema, commit_properties=commit)
+    except CommitFailedError as exc:
+        raise ConcurrentWriteError(
+            f"{contract.name}: another writer committed to the table while batch {version} of {app_id} "
+            f"was written into it; nothing of the batch landed in it, and a rerun replays it ({exc})") from exc
+    return True
+
+
+def _actions(files: pa.Table, rows: pa.Table, contract: TableContract, lake: LakeLocation) -> list:
+    """The commit's actions: the files read removed, ``rows`` added as one file of ours."""
     from deltalake.transaction import AddAction, RemoveAction
 
     now = time.time_ns() // 1_000_000
@@ -78,8 +102,7 @@ def merge_as_write(table, contract: TableContract, source: pa.Table, stored: lis
     if rows.num_rows:
         f = write_data_file(lake.child(contract.name), rows, contract.delta_encoded)
         actions.append(AddAction(f.path, f.size, {}, f.modification_time, True, f.stats))
-    table.create_write_transaction(actions, mode="append", schema=contract.arrow_schema, commit_properties=commit)
-    return True
+    return actions
 
 
 def _unmatched(table, contract: TableContract, source: pa.Table) -> pa.Table | None:
