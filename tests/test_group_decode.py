@@ -178,6 +178,7 @@ def test_repeated_records_decode_as_if_alone(generated: dict[str, Path]) -> None
     raw = _raw(generated["heavy"]).slice(0, 2000)
     bad = [kv for key, value in _group_samples(generated)[:3] for kv in _damaged(key, value)[:40]]
     bad += [(b"\x00\x05\xff", v) for _, v in bad[:5]]  # a key that does not parse, repeated
+    bad += [(None, v) for _, v in bad[:3]] + [(None, None)] * 2  # no key at all, repeated
     extra = raw.slice(0, len(bad)).set_column(
         raw.schema.get_field_index("key"), "key", pa.array([k for k, _ in bad], pa.binary()))
     extra = extra.set_column(extra.schema.get_field_index("value"), "value",

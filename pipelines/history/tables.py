@@ -168,18 +168,14 @@ def _decode_group_rows(sub: pa.Table, ingested_at: datetime, group_rows: list[pa
     value once (``decode_record(values=...)``), and the ``group_metadata`` columns that
     depend on the record alone are built once per distinct pair and spread over the rows
     with one Arrow take (group-heavy history: ~60% of the rows are distinct pairs)."""
-    at_pair: dict[tuple[bytes, bytes | None], int] = {}
     keys: dict[bytes, Any] = {}
     values: dict[tuple[int, bytes], Any] = {}
-    uniq: list[DecodedRecord] = []
-    rows = []
-    for pair in zip(sub.column("key").to_pylist(), sub.column("value").to_pylist(), strict=True):
-        i = at_pair.get(pair)
-        if i is None:
-            i = at_pair[pair] = len(uniq)
-            uniq.append(decode_record(pair[0], pair[1], keys=keys, values=values))
-        rows.append(i)
-    at = np.array(rows, dtype=np.int64)
+    first, at = _distinct_pairs(sub.column("key").combine_chunks(), sub.column("value").combine_chunks())
+    picked = pa.array(first)
+    uniq: list[DecodedRecord] = [
+        decode_record(k, v, keys=keys, values=values)
+        for k, v in zip(sub.column("key").take(picked).to_pylist(), sub.column("value").take(picked).to_pylist(),
+                        strict=True)]
     take = pa.array(at)
     d_type = pa.array([r.record_type for r in uniq], pa.int16()).take(take)
     d_status = pa.array([r.decode_status for r in uniq], pa.string()).take(take)
@@ -204,6 +200,21 @@ def _decode_group_rows(sub: pa.Table, ingested_at: datetime, group_rows: list[pa
                                     stamp, strict=True))
     group_rows.append(_group_metadata_table(uniq, group_ids, subkeys, at, sub, ingested_at))
     return d_type, d_status, d_error
+
+
+def _distinct_pairs(key: pa.Array, value: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct (key, value) pair, in order of first appearance, and
+    each row's pair (its place in that order). Hashed by Arrow, not as a Python tuple per
+    row in a dict: the rows' bytes objects and tuples cost ~1.9 us a row, ~1.6 s of a
+    group-heavy history's 841k group records (a null is a value of its own)."""
+    k = pc.dictionary_encode(key, null_encoding="encode").indices.to_numpy().astype(np.int64)
+    v = pc.dictionary_encode(value, null_encoding="encode").indices.to_numpy().astype(np.int64)
+    pair = k * (int(v.max()) + 1 if len(v) else 1) + v
+    _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    place = np.empty(len(order), dtype=np.int64)
+    place[order] = np.arange(len(order))
+    return first[order], place[inverse.reshape(-1)]
 
 
 def _subkey(key: dict) -> str:
