@@ -205,8 +205,9 @@ def _decode_group_rows(sub: pa.Table, ingested_at: datetime, group_rows: list[pa
 def _distinct_pairs(key: pa.Array, value: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """The first row of each distinct (key, value) pair, in order of first appearance, and
     each row's pair (its place in that order). Hashed by Arrow, not as a Python tuple per
-    row in a dict: the rows' bytes objects and tuples cost ~1.9 us a row, ~1.6 s of a
-    group-heavy history's 841k group records (a null is a value of its own)."""
+    row in a dict: only the distinct pairs' bytes become Python objects (~60% of a
+    group-heavy history's rows; three of its partitions, 419k records, took 2.35 -> 2.22 s
+    of ``build_history`` CPU). A null is a value of its own."""
     k = pc.dictionary_encode(key, null_encoding="encode").indices.to_numpy().astype(np.int64)
     v = pc.dictionary_encode(value, null_encoding="encode").indices.to_numpy().astype(np.int64)
     pair = k * (int(v.max()) + 1 if len(v) else 1) + v

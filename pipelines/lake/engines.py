@@ -231,11 +231,8 @@ class DeltaRsEngine:
 
     def _commit_files(self, table, contract: TableContract, files: list[DataFile], app_id: str,
                       version: int) -> None:
-        from deltalake.transaction import AddAction
-
-        actions = [AddAction(f.path, f.size, {}, f.modification_time, True, f.stats) for f in files]
         table.create_write_transaction(
-            actions, mode="append", schema=contract.arrow_schema,
+            [f.add_action() for f in files], mode="append", schema=contract.arrow_schema,
             commit_properties=self._commit(app_id, version))
         self._own_batch[contract.name] = (app_id, version, tuple(f.path for f in files))
 

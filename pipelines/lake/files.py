@@ -40,6 +40,12 @@ class DataFile:
     stats: str  # Delta per-file statistics, JSON
     num_records: int
 
+    def add_action(self):
+        """The file's Delta ``add`` action (unpartitioned, a data change)."""
+        from deltalake.transaction import AddAction
+
+        return AddAction(self.path, self.size, {}, self.modification_time, True, self.stats)
+
 
 def write_data_file(table_dir: str | Path | LakeLocation, data: pa.Table,
                     delta_encoded: Sequence[str] = ()) -> DataFile:
