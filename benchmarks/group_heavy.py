@@ -33,7 +33,7 @@ old/new alternately in fresh processes, ``--baseline`` = the state before the wa
 decode path (read_arrow + build_history) 45.9 s wall / 44.5 s CPU -> 21.9 s wall / 21.7 s CPU
 (load ~1.5; 44k -> 93k records/s); at load 8-14: 44.7 -> 22.1 s CPU.
 The end-to-end stages are not in that run: on group-heavy batches they are bound by the
-state's generation replay (state/generations.py ``_Replay.fill`` scans every row changed so
+state's generation replay (the then state/generations.py ``_Replay.fill`` scanned every row changed so
 far for each member-metadata record: 925 of 945 s profiled on a 204k-record batch).
 
 Measured (2026-11-24 night, ``--repeat 1 --baseline`` = the tree of that evening, whose

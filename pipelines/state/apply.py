@@ -24,8 +24,8 @@ from pipelines.model import OP, LatestRecord, StateInput, last_record_indices, m
 from pipelines.state import topics
 from pipelines.state.generations import (
     REPLAYED_TYPES,
-    changes_table,
     generation_changes,
+    no_changes,
     stored_change_set,
 )
 from pipelines.state.groups import OFFSET_ACTIVITY, derive_group
@@ -173,7 +173,7 @@ class _Renames:
     def change_set(self, replayed: list[pa.Table]) -> pa.Table:
         """The replayed rows upserted, then the renamed rows the replay did not write."""
         spec = contract("group_generations")
-        table = pa.concat_tables(replayed) if replayed else changes_table([], "", self.now)
+        table = pa.concat_tables(replayed) if replayed else no_changes()
         table = table.append_column(OP, pa.array(["upsert"] * table.num_rows, pa.string()))
         if not self.deletes:
             return table

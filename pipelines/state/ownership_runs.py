@@ -1,0 +1,555 @@
+"""The ownership replay of ``group_generations`` (:mod:`pipelines.state.generations` says
+what the rows mean) as runs of records, column by column.
+
+A *scope* is a classic group's generations, or one KIP-848/streams member's assignments.
+Each record of a scope holds a set of keys (generation, member, topic, partition), and a
+key's row opens at the first of a run of the scope's consecutive records that hold it and
+closes at the scope's next record. So each record's keys are listed once, as flat columns,
+and the rows fall out of one sort of them. A row opened without its member's client id
+takes it from the member's next metadata records (:meth:`_Listing.fill`).
+
+Why: the record-by-record replay this replaced kept a Python row and a dict entry per open
+key and touched them at every record of the scope; on a group-heavy batch (560k records, a
+948k-row change set; ``benchmarks/state_step.py``) it took 3.2 s of the driver's CPU, this
+2.6 s. Its rows are the oracle of ``tests/test_generations_replay.py``.
+
+Where two changed rows may be one interval (a record replayed again by another query over
+the same log, a group's records in two offsets partitions, an interval the lake holds
+twice), each interval's row is the one changed last, as a MERGE must see each once.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.lake.contracts import contract, stored_column
+from pipelines.model import LatestRecord
+
+#: the change-set column naming the ``is_open`` partition a changed row is stored in
+STORED_COLUMN = stored_column("is_open")
+# a row's attributes: group_instance_id, client_id, client_host, subscribed_topics
+Attrs = tuple[Any, Any, Any, Any]
+_NONE: Attrs = (None, None, None, None)
+#: the keys a member holds in one record: its topics and, alike, its partitions
+Owned = tuple[list[str], list[int]]
+ATTR_COLUMNS = ("group_instance_id", "client_id", "client_host", "subscribed_topics")
+#: the group types whose rows wait for their member's metadata record (classic rows carry theirs)
+WAITING_TYPES = ("consumer", "streams")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+_STAMP = pa.timestamp("us", tz="UTC")
+
+
+def micros(stamp: datetime | int | None) -> int | None:
+    """A timestamp as microseconds since the epoch (naive means UTC, as in Arrow)."""
+    if stamp is None or isinstance(stamp, int):
+        return stamp
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return (stamp - _EPOCH) // _MICROSECOND
+
+
+def member_attrs(member: dict[str, Any]) -> Attrs:
+    """A KIP-848/streams member's metadata record as a row's attributes."""
+    return (member.get("instance_id"), member.get("client_id"), member.get("client_host"),
+            member.get("subscribed_topic_names"))
+
+
+def classic_attrs(member: dict[str, Any]) -> tuple[Attrs, list[tuple[str, int]]]:
+    """A classic member's attributes and the partitions its assignment holds."""
+    sub = member.get("subscription") if isinstance(member.get("subscription"), dict) else {}
+    asg = member.get("assignment") if isinstance(member.get("assignment"), dict) else {}
+    attrs = (member.get("group_instance_id"), member.get("client_id"), member.get("client_host"), sub.get("topics"))
+    return attrs, [(tp["topic"], p) for tp in asg.get("assigned_partitions") or () for p in tp["partitions"]]
+
+
+def member_owned(value: dict[str, Any], topic_names: dict[str, str]) -> list[tuple[str, int]]:
+    """A KIP-848 member's partitions: assigned, and pending revocation (a partition pending
+    revocation is still the member's until it acknowledges the revocation)."""
+    held = [*(value.get("assigned_partitions") or ()), *(value.get("partitions_pending_revocation") or ())]
+    return [(topic_names.get(tp["topic_id"], tp["topic_id"]), p) for tp in held for p in tp["partitions"]]
+
+
+def streams_owned(value: dict[str, Any], topology: dict[str, Any] | None) -> list[tuple[str, int]]:
+    """A streams member's active tasks (pending revocation included) as the source-topic
+    partitions they read: task (subtopology s, partition p) reads partition p of every
+    source and repartition-source topic of s (from the group's topology record)."""
+    subtopologies = {st.get("subtopology_id"): st for st in (topology or {}).get("subtopologies") or ()}
+    owned = []
+    for task in [*(value.get("active_tasks") or ()), *(value.get("active_tasks_pending_revocation") or ())]:
+        st = subtopologies.get(task.get("subtopology_id")) or {}
+        topics = [*(st.get("source_topics") or ()),
+                  *(t.get("name") for t in st.get("repartition_source_topics") or () if t.get("name"))]
+        owned += [(t, p) for t in topics for p in task.get("partitions") or ()]
+    return sorted(set(owned))
+
+
+def replay_runs(open_rows: pa.Table | None, events: Iterable[tuple[str, LatestRecord]],
+                topic_names: dict[str, str], cluster_id: str, updated_at: datetime,
+                members: dict[tuple[str, str], dict[str, Any]] | None = None,
+                unfilled_rows: pa.Table | None = None,
+                topologies: dict[str, dict[str, Any]] | None = None) -> pa.Table:
+    """Rows to upsert into ``group_generations`` after replaying ``events`` (see
+    :func:`pipelines.state.generations.generation_changes`)."""
+    stored = _Stored.of(open_rows, unfilled_rows)
+    listing = _Listing(topic_names, members, topologies)
+    listing.add_stored(stored)
+    listing.add_events(events, stored)
+    return listing.changes(stored, cluster_id, updated_at)
+
+
+class _Stored:
+    """The stored rows the replay reads: the open ones (first), then those still waiting for
+    their member's metadata that are not open; and where each stored interval is."""
+
+    def __init__(self, table: pa.Table, opened: int, at: dict[tuple, bool], twice: bool) -> None:
+        self.table, self.opened, self.at, self.twice = table, opened, at, twice
+        self.starts = {interval[-1] for interval in at}
+        self.columns = {c: table.column(c).to_pylist() for c in
+                        ("group_id", "group_type", "generation", "member_id", "topic", "partition", "client_id")}
+
+    @classmethod
+    def of(cls, open_rows: pa.Table | None, unfilled_rows: pa.Table | None) -> _Stored:
+        schema = contract("group_generations").arrow_schema
+        tables = [schema.empty_table() if t is None else t.select(schema.names).cast(schema)
+                  for t in (open_rows, unfilled_rows)]
+        opened, waiting = _intervals(tables[0]), _intervals(tables[1])
+        # the partition each stored interval is in (an open row's, if one is)
+        at = dict(zip(waiting, tables[1].column("is_open").to_pylist(), strict=True)) | \
+            dict(zip(opened, tables[0].column("is_open").to_pylist(), strict=True))
+        known = set(opened)
+        keep = [i for i, interval in enumerate(waiting) if interval not in known]
+        twice = len(known) < len(opened) or len({waiting[i] for i in keep}) < len(keep)
+        table = pa.concat_tables([tables[0], tables[1].take(pa.array(keep, pa.int64()))])
+        return cls(table, len(opened), at, twice)
+
+
+#: a row's identity in the table: its key and where it started
+INTERVAL = ("group_id", "generation", "member_id", "topic", "partition", "group_type", "valid_from_offset")
+
+
+def _intervals(table: pa.Table) -> list[tuple]:
+    return list(zip(*(table.column(c).to_pylist() for c in INTERVAL), strict=True)) if table.num_rows else []
+
+
+class _Listing:
+    """The records of every scope in log order, and the keys each holds, as flat lists.
+
+    A scope's *record* here is one of its assignment records, a group tombstone closing it,
+    or (event -1) its stored open rows; the keys of record ``r`` are the entries with
+    groups with ``group_at == r``. The stored open rows' keys come first, one per stored row,
+    in order."""
+
+    def __init__(self, topic_names: dict[str, str], members: dict | None, topologies: dict | None) -> None:
+        self.names = topic_names
+        self.members = dict(members or {})
+        self.topologies = dict(topologies or {})
+        self.scope_of: dict[tuple[str, str, str], int] = {}
+        self.scope_key: list[tuple[str, str, str]] = []  # (group, group type, member or "")
+        self.member_scopes: dict[tuple[str, str], list[int]] = {}  # (group, type) -> live scopes
+        self.at_scope: list[int] = []  # per record: its scope
+        self.at_event: list[int] = []  # per record: its event (-1: the stored rows)
+        self.stamp: list[int | None] = []  # per event
+        self.offset: list[int] = []
+        self.partition: list[int] = []
+        # per group of keys (a member's in one record): its record, generation, member,
+        # attrs (index into ``attrs``) and how many keys; every key's (topic, partition)
+        self.group_at: list[int] = []
+        self.gen: list[int] = []
+        self.member: list[str] = []
+        self.attr: list[int] = []
+        self.count: list[int] = []
+        self.key_topic: list[str] = []
+        self.key_partition: list[int] = []
+        self.owned_of: dict[int, Owned] = {}  # id of an assignment value -> its keys
+        self.attrs: list[Attrs] = [_NONE]
+        self.attr_of: dict[int, int] = {}  # id of a member's metadata value -> its attrs
+        self.kept: list[Any] = []  # those values, alive while their ids are used
+        # (group, member) -> the events of its metadata records and their attrs
+        self.meta: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        self._attr_columns: list[pa.Array] | None = None
+        self._event_columns: dict[str, pa.Array] = {}
+        self.shared = False
+
+    def _scope(self, group_id: str, group_type: str, member_id: str) -> int:
+        key = (group_id, group_type, member_id)
+        scope = self.scope_of.get(key)
+        if scope is None:
+            scope = self.scope_of[key] = len(self.scope_key)
+            self.scope_key.append(key)
+            if group_type != "classic":
+                self.member_scopes.setdefault((group_id, group_type), []).append(scope)
+        return scope
+
+    def _record(self, scope: int, event: int) -> int:
+        self.at_scope.append(scope)
+        self.at_event.append(event)
+        return len(self.at_scope) - 1
+
+    def _keys(self, at: int, generation: int, member_id: str, owned: Owned, attr: int) -> None:
+        """A group of keys: the partitions ``owned`` holds, held by one member of record ``at``."""
+        self.group_at.append(at)
+        self.gen.append(generation)
+        self.member.append(member_id)
+        self.attr.append(attr)
+        self.count.append(len(owned[0]))
+        self.key_topic.extend(owned[0])
+        self.key_partition.extend(owned[1])
+
+    def _member_attr(self, info: dict[str, Any] | None) -> int:
+        if not info:
+            return 0
+        attr = self.attr_of.get(id(info))
+        if attr is None:
+            attr = self.attr_of[id(info)] = len(self.attrs)
+            self.attrs.append(member_attrs(info))
+            self.kept.append(info)
+        return attr
+
+    def add_stored(self, stored: _Stored) -> None:
+        """The stored open rows' keys, under one record per scope before any event."""
+        c = stored.columns
+        records: dict[int, int] = {}
+        for i in range(stored.opened):
+            group_type = c["group_type"][i]
+            scope = self._scope(c["group_id"][i], group_type, "" if group_type == "classic" else c["member_id"][i])
+            at = records.get(scope)
+            if at is None:
+                at = records[scope] = self._record(scope, -1)
+            self._keys(at, c["generation"][i], c["member_id"][i], ([c["topic"][i]], [c["partition"][i]]), 0)
+
+    def add_events(self, events: Iterable[tuple[str, LatestRecord]], stored: _Stored) -> None:
+        """Every record in log order. Notes whether two changed rows may be one interval
+        (``shared``): a record replayed again (its offset starts a stored row), a group's
+        records in two offsets partitions (their offsets may meet) or an interval the lake
+        holds twice. The usual records' steps are inlined: this runs once per group record."""
+        partition_of: dict[str, int] = {}
+        starts = stored.starts
+        self.shared = stored.twice
+        stamps, offsets, partitions = self.stamp, self.offset, self.partition
+        scope_of, at_scope, at_event = self.scope_of, self.at_scope, self.at_event
+        members, owned_of, keys, names = self.members, self.owned_of, self._keys, self.names
+        for group_id, rec in sorted(events, key=_log_position):
+            kind, subkey, tombstone, value, partition, offset, stamp, _ = rec
+            if offset in starts or partition_of.setdefault(group_id, partition) != partition:
+                self.shared = True
+            event = len(stamps)
+            stamps.append(stamp if stamp is None or type(stamp) is int else micros(stamp))
+            offsets.append(offset)
+            partitions.append(partition)
+            if kind == 8:
+                scope = scope_of.get((group_id, "consumer", subkey))
+                if scope is None:
+                    scope = self._scope(group_id, "consumer", subkey)
+                at = len(at_scope)
+                at_scope.append(scope)
+                at_event.append(event)
+                if not tombstone:
+                    value = value or {}
+                    owned = owned_of.get(id(value)) if value else None  # (a value: alive, its id its own)
+                    if owned is None:
+                        owned = owned_of[id(value)] = _columns(member_owned(value, names))
+                    keys(at, value.get("member_epoch", 0), subkey, owned,
+                         self._member_attr(members.get((group_id, subkey))))
+            elif kind == 5 or kind == 19:
+                self._metadata(group_id, rec, event)
+            elif kind == 2:
+                self._generation(group_id, rec, event)
+            elif kind == 22:
+                self._streams(group_id, rec, event)
+            elif kind == 23:
+                if value:
+                    self.topologies[group_id] = value
+            elif (kind == 3 or kind == 17) and tombstone:  # the group is gone: every member's rows close
+                for scope in self.member_scopes.pop((group_id, "consumer" if kind == 3 else "streams"), ()):
+                    self._record(scope, event)
+                    del scope_of[self.scope_key[scope]]
+
+    def _generation(self, group_id: str, rec: LatestRecord, event: int) -> None:
+        at = self._record(self._scope(group_id, "classic", ""), event)
+        if rec.is_tombstone:
+            return
+        value = rec.value or {}
+        generation = value.get("generation", 0)
+        for m in value.get("members") or ():
+            attrs, owned = classic_attrs(m)
+            self.attrs.append(attrs)
+            self._keys(at, generation, m["member_id"], _columns(owned), len(self.attrs) - 1)
+
+    def _streams(self, group_id: str, rec: LatestRecord, event: int) -> None:
+        at = self._record(self._scope(group_id, "streams", rec.subkey), event)
+        if rec.is_tombstone:
+            return
+        value = rec.value or {}
+        attr = self._member_attr(self.members.get((group_id, rec.subkey)))
+        owned = streams_owned(value, self.topologies.get(group_id))
+        self._keys(at, value.get("member_epoch", 0), rec.subkey, _columns(owned), attr)
+
+    def _metadata(self, group_id: str, rec: LatestRecord, event: int) -> None:
+        if rec.is_tombstone or not rec.value:
+            self.members.pop((group_id, rec.subkey), None)
+            return
+        self.members[(group_id, rec.subkey)] = rec.value
+        events, attrs = self.meta.setdefault((group_id, rec.subkey), ([], []))
+        events.append(event)
+        attrs.append(self._member_attr(rec.value))
+
+    def fill(self, group_id: str, member_id: str, after: int) -> tuple[int, int, int] | None:
+        """The attrs a row waiting for its member's metadata since event ``after`` ends with,
+        and the events of the first and the last record that filled it (None: none did):
+        each metadata record after it fills it in, until one gives it a client id."""
+        meta = self.meta.get((group_id, member_id))
+        if meta is None:
+            return None
+        events, attrs = meta
+        i = bisect_right(events, after)
+        if i == len(events):
+            return None
+        first = events[i]
+        while self.attrs[attrs[i]][1] is None and i + 1 < len(events):
+            i += 1
+        return attrs[i], first, events[i]
+
+    def changes(self, stored: _Stored, cluster_id: str, updated_at: datetime) -> pa.Table:
+        """The changed rows as a ``group_generations`` change set (:data:`STORED_COLUMN`
+        included): the new rows in the order they opened, then the stored rows in the order
+        they were first changed; where two may be one interval, the one changed last.
+
+        Of two rows that start at one offset (the order a reader of the change set depends
+        on: ``last_ended`` keeps the later of two ended rows of a key that start at one
+        offset) that is the order the record-by-record replay changed them in: a stored row
+        and a new one start at one offset only where a record is replayed again."""
+        runs = _Runs(self)
+        new_attr, new_last = runs.attr.copy(), np.maximum(2 * runs.opened + 1, 2 * runs.closed)
+        for j in np.flatnonzero(runs.waiting(self)):
+            group_id = self.scope_key[runs.scope[j]][0]
+            filled = self.fill(group_id, self.member[runs.group[runs.first[j]]], int(runs.opened[j]))
+            if filled is not None:
+                new_attr[j], new_last[j] = filled[0], max(new_last[j], 2 * filled[2])
+        closed = np.full(len(stored.table), -1, np.int64)
+        closed[runs.closed_stored] = runs.closed_at
+        attr, first, last = self._stored_fills(stored, closed)
+        changed = np.flatnonzero(first >= 0)
+        changed = changed[np.argsort(first[changed], kind="stable")]
+        table = pa.concat_tables([runs.table(self, new_attr, stored.at if self.shared else None),
+                                  self._stored_table(stored, changed, closed[changed], attr[changed])])
+        if self.shared:  # of the rows of one interval, the one changed last
+            listed = np.r_[runs.first + len(stored.table), changed]  # a fill reaches stored rows first
+            table = _last_per_interval(table, np.r_[new_last, last[changed]], listed)
+        n = table.num_rows
+        schema = contract("group_generations").arrow_schema
+        table = table.set_column(schema.get_field_index("cluster_id"), schema.field("cluster_id"),
+                                 pa.repeat(pa.scalar(cluster_id, pa.string()), n))
+        stamp = pa.scalar(micros(updated_at), pa.int64()).cast(_STAMP)
+        return table.set_column(schema.get_field_index("updated_at"), schema.field("updated_at"),
+                                pa.repeat(stamp, n))
+
+    def _stored_fills(self, stored: _Stored, closed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per stored row, the attrs the batch's metadata records fill it in with (-1: none),
+        and when the batch first and last changes it (closes or fills it): events, the last
+        as ``2 * event`` (-1: not changed)."""
+        attr = np.full(len(stored.table), -1, np.int64)
+        first, last = closed.copy(), np.where(closed < 0, -1, 2 * closed)
+        c = stored.columns
+        for i in range(len(stored.table)):
+            if c["client_id"][i] is None and c["group_type"][i] in WAITING_TYPES:
+                filled = self.fill(c["group_id"][i], c["member_id"][i], -1)
+                if filled is not None:
+                    attr[i] = filled[0]
+                    first[i] = filled[1] if first[i] < 0 else min(first[i], filled[1])
+                    last[i] = max(last[i], 2 * filled[2])
+        return attr, first, last
+
+    def attrs_table(self, picked: np.ndarray) -> list[pa.Array]:
+        """The four attribute columns (:data:`ATTR_COLUMNS`) of the attrs ``picked``."""
+        if self._attr_columns is None:
+            schema = contract("group_generations").arrow_schema
+            self._attr_columns = [pa.array([a[i] for a in self.attrs], schema.field(name).type)
+                                  for i, name in enumerate(ATTR_COLUMNS)]
+        take = pa.array(picked, pa.int64())
+        return [column.take(take) for column in self._attr_columns]
+
+    def event_column(self, name: str, events: np.ndarray, type_: pa.DataType) -> pa.Array:
+        """Per-event column ``name`` (stamp, offset, partition) at ``events`` (-1: null)."""
+        column = self._event_columns.get(name)
+        if column is None:
+            column = self._event_columns[name] = pa.array(getattr(self, name), pa.int64())
+        return column.take(pa.array(np.where(events < 0, 0, events), mask=events < 0)).cast(type_)
+
+    def _stored_table(self, stored: _Stored, rows: np.ndarray, closed_at: np.ndarray,
+                      attr: np.ndarray) -> pa.Table:
+        """The stored rows ``rows`` with the batch's changes: closed at event ``closed_at``
+        (-1: not closed), attributes from attrs ``attr`` (-1: as stored)."""
+        schema = contract("group_generations").arrow_schema
+        table = stored.table.take(pa.array(rows, pa.int64()))
+        was_open = table.column("is_open")
+        closing = pa.array(closed_at >= 0)
+        for name, values in (("valid_to", "stamp"), ("valid_to_offset", "offset")):
+            i = schema.get_field_index(name)
+            fresh = self.event_column(values, closed_at, schema.field(name).type)
+            table = table.set_column(i, schema.field(name), pc.if_else(closing, fresh, table.column(i)))
+        filling = pa.array(attr >= 0)
+        fresh_attrs = self.attrs_table(np.where(attr < 0, 0, attr))
+        for name, fresh in zip(ATTR_COLUMNS, fresh_attrs, strict=True):
+            i = schema.get_field_index(name)
+            table = table.set_column(i, schema.field(name), pc.if_else(filling, fresh, table.column(i)))
+        i = schema.get_field_index("is_open")
+        table = table.set_column(i, schema.field("is_open"), pc.is_null(table.column("valid_to")))
+        return table.append_column(STORED_COLUMN, was_open)
+
+
+class _Runs:
+    """The rows a listing's keys make: per run of a scope's consecutive records holding a
+    key, one row, opened at the run's first record and closed at the scope's next one.
+
+    Of the runs that start at an event (new rows): ``first`` (the key entry whose columns
+    the row takes), ``opened`` and ``closed`` (events; -1: still open) and ``attr``; of those
+    that start at the stored rows and end in the batch: ``closed_stored`` (stored rows) and
+    ``closed_at`` (events)."""
+
+    def __init__(self, listing: _Listing) -> None:
+        at_scope = np.array(listing.at_scope, np.int64)
+        at_event = np.array(listing.at_event, np.int64)
+        ordinal, next_at = _ordinals(at_scope)
+        # each key's group of keys, and that group's record
+        self.group = np.repeat(np.arange(len(listing.count)), np.array(listing.count, np.int64))
+        key_at = np.array(listing.group_at, np.int64)[self.group]
+        self.topic = pa.array(listing.key_topic, pa.string())
+        self.member = pa.array(listing.member, pa.string()).take(pa.array(self.group))
+        scope, place = at_scope[key_at], ordinal[key_at]
+        self.gen = np.array(listing.gen, np.int64)[self.group]
+        self.partition = np.array(listing.key_partition, np.int64)
+        key = [scope, self.gen, _codes(self.member), _codes(self.topic), self.partition]
+        order = _sorted_by(key, place)
+        same_key = _same_as_previous([k[order] for k in key])
+        place = place[order]
+        repeat = same_key & (np.r_[-1, place[:-1]] == place)  # a key a record lists twice
+        last = np.r_[~repeat[1:], True][:len(repeat)]  # the last listing of a key in its record: its attrs win
+        attr = np.array(listing.attr, np.int64)[self.group][order][last]
+        # the row a stored key is: the later of two stored rows of one key (as the record
+        # by record replay holds it; a renamed topic id can make two)
+        stored_entry = order[last]
+        entry, same_key, place = order[~repeat], same_key[~repeat], place[~repeat]
+        starts = np.flatnonzero(~same_key | (np.r_[-2, place[:-1]] + 1 != place))
+        ends = np.r_[starts[1:] - 1, len(entry) - 1][:len(starts)]
+        closing = next_at[key_at[entry[ends]]]
+        closed = np.where(closing < 0, -1, at_event[np.where(closing < 0, 0, closing)])
+        opened = at_event[key_at[entry[starts]]]
+        fresh = opened >= 0
+        by_opening = np.argsort(entry[starts][fresh], kind="stable")  # keys are listed in log order
+        self.first = entry[starts][fresh][by_opening]
+        self.opened, self.closed = opened[fresh][by_opening], closed[fresh][by_opening]
+        self.attr = attr[starts][fresh][by_opening]
+        self.scope = scope[self.first]
+        ended = ~fresh & (closed >= 0)
+        self.closed_stored, self.closed_at = stored_entry[starts][ended], closed[ended]
+
+    def waiting(self, listing: _Listing) -> np.ndarray:
+        """Which new rows wait for their member's metadata (no client id yet)."""
+        client = listing.attrs_table(self.attr)[ATTR_COLUMNS.index("client_id")]
+        waits = np.array([k[1] in WAITING_TYPES for k in listing.scope_key], bool)
+        return client.is_null().to_numpy(zero_copy_only=False) & waits[self.scope]
+
+    def table(self, listing: _Listing, attr: np.ndarray, stored_at: dict[tuple, bool] | None) -> pa.Table:
+        """The new rows as ``group_generations`` rows (cluster and update time left empty),
+        each naming the partition its interval is stored in (``stored_at``; None: none is)."""
+        schema = contract("group_generations").arrow_schema
+        n = len(self.first)
+        first = pa.array(self.first, pa.int64())
+        scopes = pa.array(self.scope, pa.int64())
+        instance, client, host, subscribed = listing.attrs_table(attr)
+        columns = {
+            "cluster_id": pa.nulls(n, pa.string()),
+            "group_id": pa.array([k[0] for k in listing.scope_key], pa.string()).take(scopes),
+            "group_type": pa.array([k[1] for k in listing.scope_key], pa.string()).take(scopes),
+            "generation": pa.array(self.gen[self.first]),
+            "member_id": self.member.take(first),
+            "group_instance_id": instance, "client_id": client, "client_host": host,
+            "subscribed_topics": subscribed,
+            "topic": self.topic.take(first),
+            "partition": pa.array(self.partition[self.first]),
+            "valid_from": listing.event_column("stamp", self.opened, _STAMP),
+            "valid_to": listing.event_column("stamp", self.closed, _STAMP),
+            "valid_from_offset": listing.event_column("offset", self.opened, pa.int64()),
+            "valid_to_offset": listing.event_column("offset", self.closed, pa.int64()),
+            "is_open": pa.array(self.closed < 0),
+            "offsets_partition": listing.event_column("partition", self.opened, pa.int32()),
+            "updated_at": pa.nulls(n, _STAMP),
+        }
+        table = pa.Table.from_arrays([columns[f.name].cast(f.type) for f in schema], schema=schema)
+        where = [True] * n if stored_at is None else [stored_at.get(i, True) for i in _intervals(table)]
+        return table.append_column(STORED_COLUMN, pa.array(where, pa.bool_()))
+
+
+def _columns(owned: list[tuple[str, int]]) -> Owned:
+    """(topic, partition) pairs as a list of topics and one of partitions; none as the
+    placeholder key ("", -1) that a member owning nothing has."""
+    return ([t for t, _ in owned], [p for _, p in owned]) if owned else ([""], [-1])
+
+
+def _log_position(event: tuple[str, LatestRecord]) -> tuple[int, int]:
+    return event[1][4], event[1][5]
+
+
+def _last_per_interval(table: pa.Table, last: np.ndarray, listed: np.ndarray) -> pa.Table:
+    """Of the rows of each interval, the one changed ``last`` (of two changed at one event, the
+    one ``listed`` later), in table order."""
+    rank = np.lexsort((listed, last))
+    ranked = table.select(list(INTERVAL)).append_column("_rank", pa.array(np.argsort(rank)))
+    best = ranked.group_by(list(INTERVAL), use_threads=False).aggregate([("_rank", "max")])
+    return table.take(pa.array(np.sort(rank[best.column("_rank_max").to_numpy()])))
+
+
+def _ordinals(at_scope: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each record's place among its scope's records, and the scope's next record (-1: none)."""
+    n = len(at_scope)
+    order = np.argsort(at_scope, kind="stable")
+    ordered = at_scope[order]
+    first = np.r_[True, ordered[1:] != ordered[:-1]][:n]
+    start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    ordinal = np.empty(n, np.int64)
+    ordinal[order] = np.arange(n) - start
+    following = np.full(n, -1, np.int64)
+    same = ~first[1:]
+    following[:-1][same] = order[1:][same]
+    next_at = np.empty(n, np.int64)
+    next_at[order] = following
+    return ordinal, next_at
+
+
+def _sorted_by(key: list[np.ndarray], place: np.ndarray) -> np.ndarray:
+    """The order of rows by ``key``'s columns, then ``place``; of equal rows, the earlier first.
+    The columns as digits of one integer when it fits in 63 bits (one radix sort: 0.12 s
+    for 1.2M rows against 0.32 s for ``np.lexsort``)."""
+    columns = [*key, place]
+    lows = [int(c.min()) if len(c) else 0 for c in columns]
+    spans = [int(c.max()) - low + 1 if len(c) else 1 for c, low in zip(columns, lows, strict=True)]
+    if np.prod([float(s) for s in spans]) >= 2.0 ** 62:
+        return np.lexsort(columns[::-1])
+    code = np.zeros(len(place), np.int64)
+    for c, low, span in zip(columns, lows, spans, strict=True):
+        code = code * span + (c - low)
+    return np.argsort(code, kind="stable")
+
+
+def _codes(strings: pa.Array) -> np.ndarray:
+    """Equal strings, equal integers."""
+    return pc.dictionary_encode(strings).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _same_as_previous(columns: list[np.ndarray]) -> np.ndarray:
+    """Per row, whether every column equals the previous row's (False for the first)."""
+    n = len(columns[0])
+    same = np.ones(n, bool)
+    if n:
+        same[0] = False
+        for c in columns:
+            same[1:] &= c[1:] == c[:-1]
+    return same
