@@ -116,21 +116,6 @@ def last_record_indices(records: list[GroupRecord], skipped: frozenset[int] = fr
     return set(last.values())
 
 
-def state_records(records: list[GroupRecord]) -> list[GroupRecord]:
-    """The group records the state tables can depend on: every record of
-    :data:`EVERY_RECORD_TYPES`, and of the other types (KIP-848 and streams target
-    assignments, share group state...) the last per (cluster, group, type, member) only.
-
-    Why: as :func:`state_rows` does for offset commits, a task ships the driver only what
-    the state is built from; a group-heavy batch rewrites a target-assignment record per
-    member and rebalance, a third of its group records (benchmarks/group_heavy.py).
-    Order is kept."""
-    kept = last_record_indices(records, skipped=EVERY_RECORD_TYPES)
-    if not kept:
-        return records
-    return [g for i, g in enumerate(records) if g.record.record_type in EVERY_RECORD_TYPES or i in kept]
-
-
 def distinct_sorted(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)`` of a 1-D integer array, by a sort.
 

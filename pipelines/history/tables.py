@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cache
 from typing import Any
@@ -25,14 +25,12 @@ from pipelines.decode.formats import record_formats
 from pipelines.decode.jsonify import dumps
 from pipelines.decode.records import GROUP_METADATA_TYPE
 from pipelines.decode.wire import ZERO_UUID
+from pipelines.history.group_rows import GroupRows
 from pipelines.lake.contracts import contract
 from pipelines.model import (
     GroupRecord,
-    LatestRecord,
     StateInput,
     kept_rows,
-    micros_of,
-    state_records,
     state_rows,
 )
 
@@ -55,7 +53,12 @@ class HistoryBatch:
     offsets_raw: pa.Table
     offset_commits: pa.Table
     group_metadata: pa.Table
-    group_records: list[GroupRecord] = field(default_factory=list)
+    group_rows: GroupRows | None = None  # the decoded group records, if any
+
+    @property
+    def group_records(self) -> list[GroupRecord]:
+        """Every decoded group record, in order."""
+        return [] if self.group_rows is None else self.group_rows.records()
 
     def status_counts(self) -> dict[str, int]:
         counts = pc.value_counts(self.offsets_raw.column("decode_status")).to_pylist()
@@ -63,8 +66,8 @@ class HistoryBatch:
 
     def state_input(self) -> StateInput:
         """The batch reduced to what the state depends on (small enough to ship to the driver)."""
-        return StateInput(state_rows(self.offset_commits), state_records(self.group_records),
-                          commit_ranges(self.offset_commits))
+        records = [] if self.group_rows is None else self.group_rows.for_state()
+        return StateInput(state_rows(self.offset_commits), records, commit_ranges(self.offset_commits))
 
 
 def _ms_to_ts(arr: pa.Array) -> pa.Array:
@@ -86,7 +89,7 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
     record_type = offsets.column("record_type").combine_chunks()
     error = offsets.column("decode_error").combine_chunks()
     group_rows: list[pa.Table] = []
-    group_records: list[GroupRecord] = []
+    group_records: list[GroupRows] = []
     if len(deferred):
         d_type, d_status, d_error = _decode_deferred(raw, deferred, ingested_at, group_rows,
                                                      group_records)
@@ -112,16 +115,17 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
         offsets_raw=contract("offsets_raw").conform(offsets_raw),
         offset_commits=contract("offset_commits").conform(offset_commits),
         group_metadata=group_metadata,
-        group_records=group_records,
+        group_rows=group_records[0] if group_records else None,
     )
 
 
 def _decode_deferred(raw: pa.Table, deferred: np.ndarray, ingested_at: datetime,
-                     group_rows: list[pa.Table], group_records: list[GroupRecord]
+                     group_rows: list[pa.Table], group_records: list[GroupRows]
                      ) -> tuple[pa.Array, pa.Array, pa.Array]:
     """The rows the columnar decoder left (group records, malformed ones) decoded one by
     one: their (record type, status, error) columns; the group records that decoded are
-    appended to ``group_records`` and, as one ``group_metadata`` table, to ``group_rows``.
+    appended to ``group_records`` (as one :class:`GroupRows`) and, as one ``group_metadata``
+    table, to ``group_rows``.
 
     Column lists, not a dict per row: on group-heavy logs (KIP-848 writes a record per
     member, epoch and assignment change) the per-row dicts cost as much as the decoding.
@@ -159,7 +163,7 @@ def no_cyclic_gc() -> Iterator[None]:
 
 
 def _decode_group_rows(sub: pa.Table, ingested_at: datetime, group_rows: list[pa.Table],
-                       group_records: list[GroupRecord]) -> tuple[pa.Array, pa.Array, pa.Array]:
+                       group_records: list[GroupRows]) -> tuple[pa.Array, pa.Array, pa.Array]:
     """:func:`_decode_deferred` on the deferred rows' raw columns.
 
     Group records repeat: a key per member and record type, and values that hold no group
@@ -188,16 +192,8 @@ def _decode_group_rows(sub: pa.Table, ingested_at: datetime, group_rows: list[pa
         sub, at = sub.take(pa.array(kept)), at[kept]
     group_ids = [r.group_id if ok else None for r, ok in zip(uniq, usable, strict=True)]
     subkeys = [_subkey(r.key) if ok else "" for r, ok in zip(uniq, usable, strict=True)]
-    cluster = sub.column("cluster_id").to_pylist()
-    part = sub.column("offsets_partition").to_pylist()
-    offset = sub.column("offset").to_pylist()
-    stamp = micros_of(sub.column("timestamp")).to_pylist()
-    picked = at.tolist()
-    group_records.extend(
-        GroupRecord(c, group_ids[i], LatestRecord(r.record_type, subkeys[i], r.value is None, r.value,
-                                                  p, o, t, r.value_version))
-        for c, i, r, p, o, t in zip(cluster, picked, map(uniq.__getitem__, picked), part, offset,
-                                    stamp, strict=True))
+    group_records.append(GroupRows(uniq, group_ids, subkeys, at,
+                                   sub.select(["cluster_id", "offsets_partition", "offset", "timestamp"])))
     group_rows.append(_group_metadata_table(uniq, group_ids, subkeys, at, sub, ingested_at))
     return d_type, d_status, d_error
 
