@@ -252,11 +252,13 @@ class _Listing:
                 at_scope.append(scope)
                 at_event.append(event)
                 if not tombstone:
-                    value = value or {}
-                    owned = owned_of.get(id(value)) if value else None  # (a value: alive, its id its own)
+                    # keyed by the value object, which the events keep alive (its id is its own)
+                    owned = owned_of.get(id(value)) if value else None
                     if owned is None:
-                        owned = owned_of[id(value)] = _columns(member_owned(value, names))
-                    keys(at, value.get("member_epoch", 0), subkey, owned,
+                        owned = _columns(member_owned(value or {}, names))
+                        if value:
+                            owned_of[id(value)] = owned
+                    keys(at, (value or {}).get("member_epoch", 0), subkey, owned,
                          self._member_attr(members.get((group_id, subkey))))
             elif kind == 5 or kind == 19:
                 self._metadata(group_id, rec, event)
