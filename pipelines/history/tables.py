@@ -88,11 +88,11 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
 
     record_type = offsets.column("record_type").combine_chunks()
     error = offsets.column("decode_error").combine_chunks()
-    group_rows: list[pa.Table] = []
-    group_records: list[GroupRows] = []
+    metadata_tables: list[pa.Table] = []
+    decoded: list[GroupRows] = []
     if len(deferred):
-        d_type, d_status, d_error = _decode_deferred(raw, deferred, ingested_at, group_rows,
-                                                     group_records)
+        d_type, d_status, d_error = _decode_deferred(raw, deferred, ingested_at, metadata_tables,
+                                                     decoded)
         mask = np.zeros(n, dtype=bool)
         mask[deferred] = True
         mask_arr = pa.array(mask)
@@ -109,23 +109,23 @@ def build_history(raw: pa.Table, batch_id: int, ingested_at: datetime) -> Histor
     offsets_raw = offsets_raw.append_column("ingest_batch_id", pa.array(np.full(n, batch_id, np.int64)))
     offset_commits = _offset_commits(raw, offsets, record_type, status, stamps)
     gm_contract = contract("group_metadata")
-    group_metadata = pa.concat_tables(group_rows) if group_rows \
+    group_metadata = pa.concat_tables(metadata_tables) if metadata_tables \
         else gm_contract.arrow_schema.empty_table()
     return HistoryBatch(
         offsets_raw=contract("offsets_raw").conform(offsets_raw),
         offset_commits=contract("offset_commits").conform(offset_commits),
         group_metadata=group_metadata,
-        group_rows=group_records[0] if group_records else None,
+        group_rows=decoded[0] if decoded else None,
     )
 
 
 def _decode_deferred(raw: pa.Table, deferred: np.ndarray, ingested_at: datetime,
-                     group_rows: list[pa.Table], group_records: list[GroupRows]
+                     metadata_tables: list[pa.Table], decoded: list[GroupRows]
                      ) -> tuple[pa.Array, pa.Array, pa.Array]:
     """The rows the columnar decoder left (group records, malformed ones) decoded one by
     one: their (record type, status, error) columns; the group records that decoded are
-    appended to ``group_records`` (as one :class:`GroupRows`) and, as one ``group_metadata``
-    table, to ``group_rows``.
+    appended to ``decoded`` (as one :class:`GroupRows`) and, as one ``group_metadata``
+    table, to ``metadata_tables``.
 
     Column lists, not a dict per row: on group-heavy logs (KIP-848 writes a record per
     member, epoch and assignment change) the per-row dicts cost as much as the decoding.
@@ -133,7 +133,7 @@ def _decode_deferred(raw: pa.Table, deferred: np.ndarray, ingested_at: datetime,
     sub = raw.select(["cluster_id", "offsets_partition", "offset", "timestamp", "key",
                       "value"]).take(pa.array(deferred))
     with no_cyclic_gc():
-        return _decode_group_rows(sub, ingested_at, group_rows, group_records)
+        return _decode_group_rows(sub, ingested_at, metadata_tables, decoded)
 
 
 @contextmanager
@@ -162,8 +162,8 @@ def no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _decode_group_rows(sub: pa.Table, ingested_at: datetime, group_rows: list[pa.Table],
-                       group_records: list[GroupRows]) -> tuple[pa.Array, pa.Array, pa.Array]:
+def _decode_group_rows(sub: pa.Table, ingested_at: datetime, metadata_tables: list[pa.Table],
+                       decoded: list[GroupRows]) -> tuple[pa.Array, pa.Array, pa.Array]:
     """:func:`_decode_deferred` on the deferred rows' raw columns.
 
     Group records repeat: a key per member and record type, and values that hold no group
@@ -192,9 +192,9 @@ def _decode_group_rows(sub: pa.Table, ingested_at: datetime, group_rows: list[pa
         sub, at = sub.take(pa.array(kept)), at[kept]
     group_ids = [r.group_id if ok else None for r, ok in zip(uniq, usable, strict=True)]
     subkeys = [_subkey(r.key) if ok else "" for r, ok in zip(uniq, usable, strict=True)]
-    group_records.append(GroupRows(uniq, group_ids, subkeys, at,
+    decoded.append(GroupRows(uniq, group_ids, subkeys, at,
                                    sub.select(["cluster_id", "offsets_partition", "offset", "timestamp"])))
-    group_rows.append(_group_metadata_table(uniq, group_ids, subkeys, at, sub, ingested_at))
+    metadata_tables.append(_group_metadata_table(uniq, group_ids, subkeys, at, sub, ingested_at))
     return d_type, d_status, d_error
 
 
