@@ -58,7 +58,10 @@ class HistoryBatch:
     @property
     def group_records(self) -> list[GroupRecord]:
         """Every decoded group record, in order."""
-        return [] if self.group_rows is None else self.group_rows.records()
+        if self.group_rows is None:
+            return []
+        with no_cyclic_gc():  # hundreds of thousands of objects that all stay alive
+            return self.group_rows.records()
 
     def status_counts(self) -> dict[str, int]:
         counts = pc.value_counts(self.offsets_raw.column("decode_status")).to_pylist()
@@ -66,7 +69,10 @@ class HistoryBatch:
 
     def state_input(self) -> StateInput:
         """The batch reduced to what the state depends on (small enough to ship to the driver)."""
-        records = [] if self.group_rows is None else self.group_rows.for_state()
+        records = []
+        if self.group_rows is not None:
+            with no_cyclic_gc():  # hundreds of thousands of objects that all stay alive
+                records = self.group_rows.for_state()
         return StateInput(state_rows(self.offset_commits), records, commit_ranges(self.offset_commits))
 
 
