@@ -98,10 +98,12 @@ def test_the_decoding_tasks_set_the_pool_in_their_workers(spark, tmp_path: Path)
     # out its idle workers in turn, and on a loaded machine a decoding task may have run in a
     # worker forked for it (CI once probed the reset's two workers alone).
     seen: dict[int, str] = {}
-    for _ in range(6):
+    for probe in range(6):
         time.sleep(0.1)
-        seen.update((r.pid, r.pool) for r in
-                    spark.range(2, numPartitions=2).mapInArrow(_pools, "pid long, pool string").collect())
+        answers = spark.range(2, numPartitions=2).mapInArrow(_pools, "pid long, pool string").collect()
+        if probe == 0:  # the reset's two workers, idle between the jobs, answer first
+            assert {r.pid for r in answers} == workers
+        seen.update((r.pid, r.pool) for r in answers)
         if "system" in seen.values():
             break
     assert "system" in seen.values(), seen

@@ -199,7 +199,7 @@ def _decode_group_rows(sub: pa.Table, ingested_at: datetime, metadata_tables: li
     group_ids = [r.group_id if ok else None for r, ok in zip(uniq, usable, strict=True)]
     subkeys = [_subkey(r.key) if ok else "" for r, ok in zip(uniq, usable, strict=True)]
     decoded.append(GroupRows(uniq, group_ids, subkeys, at,
-                                   sub.select(["cluster_id", "offsets_partition", "offset", "timestamp"])))
+                             sub.select(["cluster_id", "offsets_partition", "offset", "timestamp"])))
     metadata_tables.append(_group_metadata_table(uniq, group_ids, subkeys, at, sub, ingested_at))
     return d_type, d_status, d_error
 
