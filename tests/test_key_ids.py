@@ -1,4 +1,4 @@
-"""``key_ids`` (pipelines.state.attribution), the integer keys of the audit's vectorized joins:
+"""``key_ids`` (pipelines.state.key_ids), the integer keys of the audit's vectorized joins:
 equal keys get equal ids in every table, different keys different ids (values holding the
 old join separator included), numbered by first appearance, whatever the column widths."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.state.attribution import key_ids
+from pipelines.state.key_ids import key_ids
 
 
 def _expected(*tables: list[tuple]) -> list[list[int]]:

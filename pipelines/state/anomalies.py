@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter, distinct_keys
 from pipelines.model import distinct_sorted, micros_of
-from pipelines.state.attribution import REASONS, key_ids
+from pipelines.state.attribution import REASONS
+from pipelines.state.key_ids import key_ids
 
 ANOMALIES = "offset_anomalies"
 #: kind -> (severity, reason)

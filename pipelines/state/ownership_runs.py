@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from pipelines.lake.contracts import contract, stored_column
 from pipelines.model import LatestRecord
+from pipelines.state.key_ids import key_ids
 
 #: the change-set column naming the ``is_open`` partition a changed row is stored in
 STORED_COLUMN = stored_column("is_open")
@@ -369,14 +370,18 @@ class _Listing:
                     last[i] = max(last[i], 2 * filled[2])
         return attr, first, last
 
-    def attrs_table(self, picked: np.ndarray) -> list[pa.Array]:
-        """The four attribute columns (:data:`ATTR_COLUMNS`) of the attrs ``picked``."""
+    def attr_columns(self) -> list[pa.Array]:
+        """The four attribute columns (:data:`ATTR_COLUMNS`) of every attrs, built once."""
         if self._attr_columns is None:
             schema = contract("group_generations").arrow_schema
             self._attr_columns = [pa.array([a[i] for a in self.attrs], schema.field(name).type)
                                   for i, name in enumerate(ATTR_COLUMNS)]
+        return self._attr_columns
+
+    def attrs_table(self, picked: np.ndarray) -> list[pa.Array]:
+        """The four attribute columns of the attrs ``picked``."""
         take = pa.array(picked, pa.int64())
-        return [column.take(take) for column in self._attr_columns]
+        return [column.take(take) for column in self.attr_columns()]
 
     def event_column(self, name: str, events: np.ndarray, type_: pa.DataType) -> pa.Array:
         """Per-event column ``name`` (stamp, offset, partition) at ``events`` (-1: null)."""
@@ -428,10 +433,11 @@ class _Runs:
         scope, place = at_scope[key_at], ordinal[key_at]
         self.gen = np.array(listing.gen, np.int64)[self.group]
         self.partition = np.array(listing.key_partition, np.int64)
-        key = [scope, self.gen, _codes(self.member), _codes(self.topic), self.partition]
-        order = _sorted_by(key, place)
-        same_key = _same_as_previous([k[order] for k in key])
-        place = place[order]
+        key = key_ids([pa.array(scope), pa.array(self.gen), self.member, self.topic, pa.array(self.partition)])[0]
+        # by key, then place; of equal rows the earlier first (one radix sort of an int64)
+        order = np.argsort(key * (int(place.max()) + 1 if len(place) else 1) + place, kind="stable")
+        key, place = key[order], place[order]
+        same_key = np.r_[False, key[1:] == key[:-1]][:len(key)]
         repeat = same_key & (np.r_[-1, place[:-1]] == place)  # a key a record lists twice
         last = np.r_[~repeat[1:], True][:len(repeat)]  # the last listing of a key in its record: its attrs win
         attr = np.array(listing.attr, np.int64)[self.group][order][last]
@@ -455,9 +461,9 @@ class _Runs:
 
     def waiting(self, listing: _Listing) -> np.ndarray:
         """Which new rows wait for their member's metadata (no client id yet)."""
-        client = listing.attrs_table(self.attr)[ATTR_COLUMNS.index("client_id")]
+        client = listing.attr_columns()[ATTR_COLUMNS.index("client_id")]
         waits = np.array([k[1] in WAITING_TYPES for k in listing.scope_key], bool)
-        return client.is_null().to_numpy(zero_copy_only=False) & waits[self.scope]
+        return client.is_null().to_numpy(zero_copy_only=False)[self.attr] & waits[self.scope]
 
     def table(self, listing: _Listing, attr: np.ndarray, stored_at: dict[tuple, bool] | None) -> pa.Table:
         """The new rows as ``group_generations`` rows (cluster and update time left empty),
@@ -524,34 +530,3 @@ def _ordinals(at_scope: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     next_at = np.empty(n, np.int64)
     next_at[order] = following
     return ordinal, next_at
-
-
-def _sorted_by(key: list[np.ndarray], place: np.ndarray) -> np.ndarray:
-    """The order of rows by ``key``'s columns, then ``place``; of equal rows, the earlier first.
-    The columns as digits of one integer when it fits in 63 bits (one radix sort: 0.12 s
-    for 1.2M rows against 0.32 s for ``np.lexsort``)."""
-    columns = [*key, place]
-    lows = [int(c.min()) if len(c) else 0 for c in columns]
-    spans = [int(c.max()) - low + 1 if len(c) else 1 for c, low in zip(columns, lows, strict=True)]
-    if np.prod([float(s) for s in spans]) >= 2.0 ** 62:
-        return np.lexsort(columns[::-1])
-    code = np.zeros(len(place), np.int64)
-    for c, low, span in zip(columns, lows, spans, strict=True):
-        code = code * span + (c - low)
-    return np.argsort(code, kind="stable")
-
-
-def _codes(strings: pa.Array) -> np.ndarray:
-    """Equal strings, equal integers."""
-    return pc.dictionary_encode(strings).indices.to_numpy(zero_copy_only=False).astype(np.int64)
-
-
-def _same_as_previous(columns: list[np.ndarray]) -> np.ndarray:
-    """Per row, whether every column equals the previous row's (False for the first)."""
-    n = len(columns[0])
-    same = np.ones(n, bool)
-    if n:
-        same[0] = False
-        for c in columns:
-            same[1:] &= c[1:] == c[:-1]
-    return same
