@@ -2,14 +2,16 @@
 
 Why: ``history`` decodes a micro-batch and hands the state tables what they depend on;
 ``state`` folds that into the current-state tables. Both need the same few shapes (a decoded
-group record, the reduced batch, the log order, the change-set column), and keeping them here,
-below both packages, keeps the flow one-way: sources -> decode -> history -> state.
+group record, a batch's group records as columns, the reduced batch, the log order, the
+change-set column), and keeping them here, below both packages, keeps the flow one-way:
+sources -> decode -> history -> state.
 Nothing here imports another ``pipelines`` module.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -26,9 +28,9 @@ class LatestRecord(NamedTuple):
     """One row of ``group_records_latest`` with its value decoded. ``record_timestamp`` is
     in microseconds since the epoch, UTC (what Arrow stores; a datetime is accepted too).
 
-    A named tuple, not a frozen dataclass: one is built per group record on the executor
-    and again on the driver (unpickled), and a frozen dataclass costs ~0.9 us to build
-    against ~0.25 us (a group-heavy batch holds ~800k)."""
+    A named tuple, not a frozen dataclass: the driver builds one per group record a step
+    reads as an object (:meth:`GroupColumns.latest`), and a frozen dataclass costs ~0.9 us
+    to build against ~0.25 us (a group-heavy batch holds ~500k group records)."""
 
     record_type: int
     subkey: str
@@ -53,36 +55,118 @@ class GroupRecord:
     record: LatestRecord
 
 
+#: The columns of :class:`GroupColumns`: a group record's every field but its value
+#: (``record_timestamp`` in microseconds since the epoch, as :class:`LatestRecord` keeps it).
+GROUP_SCHEMA = pa.schema([
+    ("cluster_id", pa.string()), ("group_id", pa.string()), ("record_type", pa.int16()),
+    ("subkey", pa.string()), ("is_tombstone", pa.bool_()), ("offsets_partition", pa.int32()),
+    ("offset", pa.int64()), ("record_timestamp", pa.int64()), ("value_version", pa.int16())])
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def micros(stamp: datetime | int | None) -> int | None:
+    """A timestamp as microseconds since the epoch (naive means UTC, as in Arrow)."""
+    if stamp is None or isinstance(stamp, int):
+        return stamp
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return (stamp - _EPOCH) // timedelta(microseconds=1)
+
+
+@dataclass
+class GroupColumns:
+    """A batch's decoded group records as columns (:data:`GROUP_SCHEMA`), each row's decoded
+    value beside them in ``values`` (one object for the rows that share a value).
+
+    Why columns: a group-heavy batch brings the driver ~500k group records, and most of its
+    steps read only their types, keys and positions (log order, the last record per key,
+    the rows of the types a step reads). Over columns each is a few numpy passes, where a
+    pass over objects cost ~0.3-1 us a record, and the objects (:meth:`records`,
+    :meth:`latest`) are made only for the rows whose values a step reads. They also cross
+    from the tasks pickled as Arrow columns and one list of values."""
+
+    table: pa.Table
+    values: list[dict[str, Any] | None]
+
+    @classmethod
+    def empty(cls) -> GroupColumns:
+        return cls(GROUP_SCHEMA.empty_table(), [])
+
+    @classmethod
+    def of(cls, records: list[GroupRecord]) -> GroupColumns:
+        """``records`` as columns (a datetime ``record_timestamp`` as microseconds)."""
+        recs = [g.record for g in records]
+        table = pa.table({
+            "cluster_id": [g.cluster_id for g in records], "group_id": [g.group_id for g in records],
+            "record_type": [r.record_type for r in recs], "subkey": [r.subkey for r in recs],
+            "is_tombstone": [r.is_tombstone for r in recs], "offsets_partition": [r.offsets_partition for r in recs],
+            "offset": [r.offset for r in recs], "record_timestamp": [micros(r.record_timestamp) for r in recs],
+            "value_version": [r.value_version for r in recs]}, schema=GROUP_SCHEMA)
+        return cls(table, [r.value for r in recs])
+
+    @staticmethod
+    def concat(parts: list[GroupColumns]) -> GroupColumns:
+        if not parts:
+            return GroupColumns.empty()
+        return GroupColumns(pa.concat_tables([p.table for p in parts]), [v for p in parts for v in p.values])
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def take(self, rows: np.ndarray) -> GroupColumns:
+        """The ``rows``, in that order."""
+        return GroupColumns(self.table.take(pa.array(rows, pa.int64())), [self.values[i] for i in rows.tolist()])
+
+    def in_log_order(self) -> GroupColumns:
+        """The rows by (cluster, offsets partition, offset), ties in row order."""
+        if len(self) < 2:
+            return self
+        cluster = pc.dictionary_encode(self.table.column("cluster_id").combine_chunks())
+        rank = pc.rank(cluster.dictionary, "ascending").to_numpy()  # the clusters' order by name
+        code = rank[cluster.indices.to_numpy()]
+        partition = self.table.column("offsets_partition").to_numpy()
+        offset = self.table.column("offset").to_numpy()
+        order = np.lexsort((np.arange(len(self)), offset, partition, code))
+        if np.all(order[1:] > order[:-1]):
+            return self
+        return self.take(order)
+
+    def rows_of(self, types: frozenset[int] | tuple[int, ...]) -> np.ndarray:
+        """The rows of the record ``types``, in order."""
+        record_type = self.table.column("record_type").to_numpy()
+        return np.flatnonzero(np.isin(record_type, np.array(sorted(types), record_type.dtype)))
+
+    def latest(self, rows: np.ndarray | None = None) -> list[LatestRecord]:
+        """The ``rows`` (all by default), in order, as :class:`LatestRecord` objects."""
+        part = self if rows is None else self.take(rows)
+        t = part.table
+        head = (t.column(n).to_pylist() for n in ("record_type", "subkey", "is_tombstone"))
+        tail = (t.column(n).to_pylist() for n in ("offsets_partition", "offset", "record_timestamp", "value_version"))
+        return list(map(LatestRecord._make, zip(*head, part.values, *tail, strict=True)))
+
+    def records(self, rows: np.ndarray | None = None) -> list[GroupRecord]:
+        """The ``rows`` (all by default), in order, as :class:`GroupRecord` objects."""
+        part = self if rows is None else self.take(rows)
+        return list(map(GroupRecord, part.table.column("cluster_id").to_pylist(),
+                        part.table.column("group_id").to_pylist(), part.latest()))
+
+
 @dataclass
 class StateInput:
     """What the state tables need of a batch: offset commits (at least their
     :func:`state_rows`) and the decoded group records."""
 
     offset_commits: pa.Table
-    group_records: list[GroupRecord] = field(default_factory=list)
+    groups: GroupColumns = field(default_factory=GroupColumns.empty)
     #: (cluster_id, offsets_partition, min_offset, max_offset) of every offset-commit row of
     #: the batch: where the commit audit (pipelines.state.audit) reads the batch back from
     #: the history; None when built without it.
     commit_ranges: pa.Table | None = None
 
-    def __getstate__(self) -> tuple:
-        """Pickled with the group records as columns (a list per field), not as objects.
-
-        Why: a batch's state input crosses from each Spark task to the driver pickled, and
-        two objects per record cost more than their fields (a 204k-record group-heavy
-        batch, 84k group records, collector paused: 0.48 -> 0.37 s CPU to write, 0.33 ->
-        0.29 s to read, 15.1 -> 14.1 MB). Values that several records share stay shared:
-        they are one pickle's memo."""
-        recs = self.group_records
-        columns = ([g.cluster_id for g in recs], [g.group_id for g in recs],
-                   *(map(list, zip(*(g.record for g in recs), strict=True)) if recs
-                     else ([] for _ in LatestRecord._fields)))
-        return self.offset_commits, self.commit_ranges, columns
-
-    def __setstate__(self, state: tuple) -> None:
-        self.offset_commits, self.commit_ranges, (clusters, groups, *latest) = state
-        self.group_records = list(map(GroupRecord, clusters, groups,
-                                      map(LatestRecord._make, zip(*latest, strict=True))))
+    @property
+    def group_records(self) -> list[GroupRecord]:
+        """The group records as objects, in order."""
+        return self.groups.records()
 
 
 def micros_of(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
@@ -97,23 +181,6 @@ def micros_of(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
 #: topic names (state/topics.py: 4, 9, 18) and the commit audit (state/audit.py: 2, 3, 11,
 #: 17). Of any other type only the last record per key counts (``group_records_latest``).
 EVERY_RECORD_TYPES = frozenset({2, 3, 4, 5, 8, 9, 11, 17, 18, 19, 22, 23})
-
-
-def last_record_indices(records: list[GroupRecord], skipped: frozenset[int] = frozenset()) -> set[int]:
-    """Indices of the record at the greatest log position per (cluster, group, type, member),
-    records of the ``skipped`` types left out; of two at one position the later in the list
-    wins, as ``pipelines.state.offsets.last_per_key``'s stable log-order sort ranks them."""
-    last: dict[tuple, int] = {}
-    for i, g in enumerate(records):
-        r = g.record
-        if r.record_type in skipped:
-            continue
-        key = (g.cluster_id, g.group_id, r.record_type, r.subkey)
-        j = last.get(key)
-        if j is None or (r.offsets_partition, r.offset) >= (records[j].record.offsets_partition,
-                                                            records[j].record.offset):
-            last[key] = i
-    return set(last.values())
 
 
 def distinct_sorted(values: np.ndarray) -> np.ndarray:

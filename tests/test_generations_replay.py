@@ -15,6 +15,7 @@ import pytest
 from pipelines.demo import generate_cluster
 from pipelines.history.tables import build_history
 from pipelines.lake.contracts import contract
+from pipelines.model import GroupColumns, GroupRecord
 from pipelines.sources.record_batches.arrow_reader import read_arrow
 from pipelines.state.generations import STORED_COLUMN, generation_changes
 from tests.conftest import corpus_path
@@ -43,7 +44,8 @@ def _both(open_rows: list[dict], events: list, names: dict, cluster_id: str, now
     """The replay (stored rows in and changed rows out as Arrow tables, as the lake holds
     them) and the oracle (dicts) on the same records: the same rows, value for value."""
     spec = contract("group_generations")
-    new = generation_changes(spec.from_rows(open_rows), events, names, cluster_id, now, members,
+    columns = GroupColumns.of([GroupRecord(cluster_id, g, r) for g, r in events])
+    new = generation_changes(spec.from_rows(open_rows), columns, names, cluster_id, now, members,
                              spec.from_rows(unfilled), topologies)
     assert new.drop_columns([STORED_COLUMN]).schema == spec.arrow_schema
     _check_stored(new, open_rows, unfilled)

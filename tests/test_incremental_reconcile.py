@@ -194,19 +194,19 @@ def test_a_failing_history_check_is_validated_again(generated: Path, tmp_path: P
 def _state_input(records: list[tuple[str, int, int]], commits: list[tuple[str, int, int]]):
     """A batch's state input: group records and offset commits at (cluster, partition, offset)."""
     from pipelines.lake.contracts import contract
-    from pipelines.model import GroupRecord, LatestRecord, StateInput
+    from pipelines.model import GroupColumns, GroupRecord, LatestRecord, StateInput
 
     schema = contract("offset_commits").arrow_schema
     rows = [{"cluster_id": c, "group_id": "g", "topic": "t", "partition": 0, "offsets_partition": p,
              "offset": o, "is_tombstone": False} for c, p, o in commits]
-    return StateInput(pa.Table.from_pylist(rows, schema=schema),
-                      [GroupRecord(c, "g", LatestRecord(5, "m", False, {}, p, o)) for c, p, o in records])
+    return StateInput(pa.Table.from_pylist(rows, schema=schema), GroupColumns.of(
+        [GroupRecord(c, "g", LatestRecord(5, "m", False, {}, p, o)) for c, p, o in records]))
 
 
 def test_not_yet_applied_cuts_exactly_the_records_below_each_log_end(tmp_path: Path) -> None:
     """Records below their partition's log end are cut, every other one kept: another
     cluster, another partition, a partition without a row, the log end itself; the group
-    records in log order (found by bisection) or not (then never a wrong cut)."""
+    records in log order or not (each record is looked up by its own position)."""
     engine = DeltaRsEngine(tmp_path)
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
     spec = progress.contract(progress.TABLE)
@@ -219,18 +219,15 @@ def test_not_yet_applied_cuts_exactly_the_records_below_each_log_end(tmp_path: P
         batch = _state_input(records, positions[::3])
         left, cut = progress.not_yet_applied(engine, batch, "app", 0)
         kept = [(g.cluster_id, g.record.offsets_partition, g.record.offset) for g in left.group_records]
-        if records is positions:
-            assert kept == [x for x in records if x not in applied]
-            assert cut == {("a", 0): 10, ("a", 1): 3, ("b", 0): 5}
-        else:  # out of order: a record is cut only if it is below its log end
-            assert set(records) - set(kept) <= applied
+        assert kept == [x for x in records if x not in applied]
+        assert cut == {("a", 0): 10, ("a", 1): 3, ("b", 0): 5}
         commits = list(zip(*(left.offset_commits.column(n).to_pylist()
                              for n in ("cluster_id", "offsets_partition", "offset")), strict=True))
         assert commits == [x for x in positions[::3] if x not in applied]
-    # out of order, a bisection's slice can hold another partition's record: it stays
+    # out of order, a record of a partition without a log end between cut ones stays
     odd = [("a", 0, 0), ("b", 0, 3), ("a", 2, 0)]
     left, cut = progress.not_yet_applied(engine, _state_input(odd, []), "app", 0)
-    assert ("a", 2, 0) in [(g.cluster_id, g.record.offsets_partition, g.record.offset) for g in left.group_records]
+    assert [(g.cluster_id, g.record.offsets_partition, g.record.offset) for g in left.group_records] == [("a", 2, 0)]
     # the batch whose own progress row landed (a replay after a crash) is left whole
     engine.merge(spec, pa.Table.from_pylist([{"cluster_id": "a", "offsets_partition": 0, "log_end": 10,
                                               "updated_at": now, "_op": "upsert"}]), "app", 7)

@@ -9,11 +9,13 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from pipelines.demo import generate_cluster
 from pipelines.history.tables import build_history
+from pipelines.model import StateInput
 from pipelines.sources.record_batches.arrow_reader import read_arrow
 from pipelines.state.apply import _latest_group_record_changes
 from tests.conftest import corpus_path
@@ -59,7 +61,9 @@ def test_latest_changes_pick_by_log_position_not_by_list_order(source: str,
     records are ordered (here: last position first)."""
     raw = pa.Table.from_batches(list(read_arrow(_source(source, generated), cluster_id="c1")))
     batch = build_history(raw, 0, NOW).state_input()
-    batch.group_records.reverse()
+    batch = StateInput(batch.offset_commits, batch.groups.take(np.arange(len(batch.groups))[::-1]),
+                       batch.commit_ranges)
+    assert batch.group_records[0].record.offset > batch.group_records[-1].record.offset
     new = _latest_group_record_changes(batch, NOW)
     assert new.to_pylist() == latest_group_record_changes(batch, NOW).to_pylist()
     assert sum(v is not None for v in new.column("value_json").to_pylist()) > 0

@@ -1,5 +1,5 @@
 """A batch's state input crosses from each Spark task to the driver pickled, its group records
-as columns (pipelines.model.StateInput.__getstate__): what arrives equals what was sent, on
+as columns and values (pipelines.model.GroupColumns): what arrives equals what was sent, on
 real broker-written records (golden scenarios A and D) and generated ones, values shared
 between records stay shared, and empty or audit-less inputs survive the trip."""
 

@@ -21,13 +21,13 @@ from pipelines.history.group_rows import GroupRows
 from pipelines.history.tables import build_history
 from pipelines.ingest import IngestReport, ensure_tables, process_batch
 from pipelines.lake.engines import DeltaRsEngine
-from pipelines.model import EVERY_RECORD_TYPES
+from pipelines.model import EVERY_RECORD_TYPES, GroupColumns, GroupRecord, LatestRecord
 from pipelines.sources.record_batches.arrow_reader import read_arrow
 from pipelines.state.audit import GROUP_RECORD_TYPES
 from pipelines.state.generations import REPLAYED_TYPES
 from pipelines.state.topics import NAMING_TYPES
 from tests.conftest import corpus_path, table_rows
-from tests.support.state_records_oracle import state_records
+from tests.support.state_records_oracle import last_record_indices, state_records
 
 TABLES = ("committed_offsets", "group_records_latest", "consumer_groups", "group_members",
           "group_generations", "topic_names", "commit_attribution", "offset_anomalies",
@@ -67,7 +67,7 @@ def test_the_lake_from_state_records_equals_the_lake_from_every_record(
     assert {g.record.record_type for g in every} - EVERY_RECORD_TYPES  # types of which the last counts
 
     reduced = _ingest(raw, tmp_path / "reduced")
-    monkeypatch.setattr(GroupRows, "for_state", GroupRows.records)
+    monkeypatch.setattr(GroupRows, "for_state", GroupRows.columns)  # every record shipped
     whole = _ingest(raw, tmp_path / "whole")
     assert reduced.keys() == whole.keys()
     for table in whole:
@@ -91,4 +91,36 @@ def test_the_records_kept_are_the_oracles_whatever_the_keys_and_positions(rows: 
                     "offset": pa.array([r[5] for r in rows], pa.int64()),
                     "timestamp": pa.array([0] * len(rows), pa.timestamp("ms", tz="UTC"))})
     group_rows = GroupRows(uniq, [r[1] for r in rows], [r[3] for r in rows], np.arange(len(rows)), raw)
-    assert group_rows.for_state() == state_records(group_rows.records())
+    assert group_rows.for_state().records() == state_records(group_rows.records())
+
+
+_DRAWN_RECORDS = st.lists(st.tuples(st.sampled_from(["c1", "c2"]), st.sampled_from(["g", "h"]),
+                                    st.sampled_from([2, 5, 8]), st.sampled_from(["", "m1", "m2"]),
+                                    st.integers(0, 2), st.integers(0, 4)), max_size=40)
+
+
+def _drawn_columns(rows: list[tuple]) -> GroupColumns:
+    return GroupColumns.of([GroupRecord(c, g, LatestRecord(t, m, False, {"v": i}, p, o))
+                            for i, (c, g, t, m, p, o) in enumerate(rows)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(_DRAWN_RECORDS)
+def test_the_driver_finds_the_last_record_per_key_as_the_oracle(rows: list[tuple]) -> None:
+    """The winners of ``group_records_latest`` (numpy over the batch's columns) are the rows
+    the record-by-record oracle picks: per (cluster, group, type, member) the greatest log
+    position, of two at one position the later row; in row order."""
+    from pipelines.state.apply import _last_per_key
+
+    groups = _drawn_columns(rows)
+    assert _last_per_key(groups).tolist() == sorted(last_record_indices(groups.records()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(_DRAWN_RECORDS)
+def test_the_batch_records_come_in_log_order_as_a_stable_sort(rows: list[tuple]) -> None:
+    """``combined_state``'s order of the parts' records: by (cluster, offsets partition,
+    offset), ties in the order the parts gave them."""
+    groups = _drawn_columns(rows)
+    expected = sorted(groups.records(), key=lambda g: (g.cluster_id, g.record.offsets_partition, g.record.offset))
+    assert groups.in_log_order().records() == expected

@@ -1,11 +1,12 @@
-"""A batch's decoded group records, made into :class:`GroupRecord` objects only where needed.
+"""A batch's decoded group records, as the columns the driver's state step reads.
 
 Why: a task ships the driver every group record of the types the state reads in log order
 and only the last per key of the others (:data:`pipelines.model.EVERY_RECORD_TYPES`); on a
 group-heavy log the others (KIP-848 target assignments) are a third of the group records.
 Building an object for each record and then dropping most of them by a Python pass cost
 ~0.8 s of the executors' CPU per 2M records; here the last per key is found with numpy over
-the rows, and only the records kept become objects.
+the rows, and the records kept cross to the driver as columns and their values
+(:class:`pipelines.model.GroupColumns`), made objects there only where a step reads values.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.decode import DecodedRecord
-from pipelines.model import EVERY_RECORD_TYPES, GroupRecord, LatestRecord, micros_of
+from pipelines.model import EVERY_RECORD_TYPES, GROUP_SCHEMA, GroupColumns, GroupRecord, micros_of
 
 
 @dataclass
@@ -33,20 +34,29 @@ class GroupRows:
     at: np.ndarray
     raw: pa.Table
 
+    def columns(self, rows: np.ndarray | None = None) -> GroupColumns:
+        """The ``rows`` (all by default), in order, as group-record columns: each distinct
+        record's fields converted once and taken for its rows."""
+        raw, at = (self.raw, self.at) if rows is None else (self.raw.take(pa.array(rows, pa.int64())), self.at[rows])
+        uniq, take = self.uniq, pa.array(at, pa.int64())
+        per_record = {
+            "group_id": pa.array(self.group_ids, pa.string()),
+            "record_type": pa.array([r.record_type for r in uniq], pa.int16()),
+            "subkey": pa.array(self.subkeys, pa.string()),
+            "is_tombstone": pa.array([r.value is None for r in uniq], pa.bool_()),
+            "value_version": pa.array([r.value_version for r in uniq], pa.int16()),
+        }
+        per_row = {"cluster_id": raw.column("cluster_id"), "offsets_partition": raw.column("offsets_partition"),
+                   "offset": raw.column("offset"), "record_timestamp": micros_of(raw.column("timestamp"))}
+        table = pa.table([per_row[f.name].cast(f.type) if f.name in per_row else per_record[f.name].take(take)
+                          for f in GROUP_SCHEMA], schema=GROUP_SCHEMA)
+        return GroupColumns(table, [uniq[i].value for i in at.tolist()])
+
     def records(self, rows: np.ndarray | None = None) -> list[GroupRecord]:
         """The ``rows`` (all by default), in order, as group records."""
-        raw, at = (self.raw, self.at) if rows is None else (self.raw.take(pa.array(rows, pa.int64())), self.at[rows])
-        uniq, group_ids, subkeys = self.uniq, self.group_ids, self.subkeys
-        picked = at.tolist()
-        return [GroupRecord(c, group_ids[i], LatestRecord(r.record_type, subkeys[i], r.value is None, r.value,
-                                                          p, o, t, r.value_version))
-                for c, i, r, p, o, t in zip(raw.column("cluster_id").to_pylist(), picked,
-                                            map(uniq.__getitem__, picked),
-                                            raw.column("offsets_partition").to_pylist(),
-                                            raw.column("offset").to_pylist(),
-                                            micros_of(raw.column("timestamp")).to_pylist(), strict=True)]
+        return self.columns(rows).records()
 
-    def for_state(self) -> list[GroupRecord]:
+    def for_state(self) -> GroupColumns:
         """The records the state tables can depend on, in order: every record of
         :data:`EVERY_RECORD_TYPES`, and of the other types the last per (cluster, group,
         type, member) by log position (of two at one position, the later row)."""
@@ -54,7 +64,7 @@ class GroupRows:
         every = np.isin(types, np.array(sorted(EVERY_RECORD_TYPES), np.int64))
         others = np.flatnonzero(~every[self.at])
         if not len(others):
-            return self.records()
+            return self.columns()
         key_of: dict[tuple, int] = {}
         code = np.full(len(self.uniq), -1, np.int64)
         for i in np.flatnonzero(~every).tolist():
@@ -67,4 +77,4 @@ class GroupRows:
         order = np.lexsort((np.arange(len(others)), offset, partition, key))
         last = np.r_[key[order][1:] != key[order][:-1], True]
         kept = np.sort(np.r_[np.flatnonzero(every[self.at]), others[order[last]]])
-        return self.records(kept)
+        return self.columns(kept)

@@ -19,7 +19,7 @@ from pipelines.history.tables import HISTORY_TABLES, build_history
 from pipelines.lake.contracts import contract
 from pipelines.lake.files import DataFile, write_data_file
 from pipelines.lake.location import LakeLocation, lake_location
-from pipelines.model import StateInput
+from pipelines.model import GroupColumns, StateInput
 
 
 @dataclass
@@ -55,9 +55,8 @@ def history_part(raw: pa.Table, batch_id: int, ingested_at: datetime,
 def combined_state(parts: list[HistoryPart]) -> StateInput:
     """The parts' state inputs as one, group records in log order."""
     commits = [p.state.offset_commits for p in parts] or [contract("offset_commits").arrow_schema.empty_table()]
-    records = sorted((g for p in parts for g in p.state.group_records),
-                     key=lambda g: (g.cluster_id, g.record.offsets_partition, g.record.offset))
+    groups = GroupColumns.concat([p.state.groups for p in parts]).in_log_order()
     ranges = [p.state.commit_ranges for p in parts]
     if any(r is None for r in ranges):
-        return StateInput(pa.concat_tables(commits), records)
-    return StateInput(pa.concat_tables(commits), records, pa.concat_tables(ranges))
+        return StateInput(pa.concat_tables(commits), groups)
+    return StateInput(pa.concat_tables(commits), groups, pa.concat_tables(ranges))

@@ -28,6 +28,7 @@ from pipelines.decode.wire import ZERO_UUID
 from pipelines.history.group_rows import GroupRows
 from pipelines.lake.contracts import contract
 from pipelines.model import (
+    GroupColumns,
     GroupRecord,
     StateInput,
     kept_rows,
@@ -69,11 +70,11 @@ class HistoryBatch:
 
     def state_input(self) -> StateInput:
         """The batch reduced to what the state depends on (small enough to ship to the driver)."""
-        records = []
+        groups = GroupColumns.empty()
         if self.group_rows is not None:
-            with no_cyclic_gc():  # hundreds of thousands of objects that all stay alive
-                records = self.group_rows.for_state()
-        return StateInput(state_rows(self.offset_commits), records, commit_ranges(self.offset_commits))
+            with no_cyclic_gc():  # hundreds of thousands of values that all stay alive
+                groups = self.group_rows.for_state()
+        return StateInput(state_rows(self.offset_commits), groups, commit_ranges(self.offset_commits))
 
 
 def _ms_to_ts(arr: pa.Array) -> pa.Array:

@@ -20,7 +20,7 @@ from pipelines.decode.jsonify import dumps
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter, distinct_keys
-from pipelines.model import OP, LatestRecord, StateInput, last_record_indices, micros_of
+from pipelines.model import OP, GroupColumns, LatestRecord, StateInput, micros_of
 from pipelines.state import topics
 from pipelines.state.generations import (
     REPLAYED_TYPES,
@@ -29,6 +29,7 @@ from pipelines.state.generations import (
     stored_change_set,
 )
 from pipelines.state.groups import OFFSET_ACTIVITY, derive_group
+from pipelines.state.key_ids import key_ids
 from pipelines.state.offsets import last_per_key, offset_changes
 
 log = logging.getLogger(__name__)
@@ -120,13 +121,11 @@ def _generation_changes(engine: DeltaEngine, batch: StateInput, names: topics.Na
     engine.ensure(contract("group_generations"))  # laid out before its rows are read back
     renames = _Renames({k: v for k, v in names.items() if k not in known}, now)
     renames.resolve(topics.renamed_generation_rows(engine, renames.names))
-    events: dict[str, list] = {}
-    for g in batch.group_records:
-        if g.record.record_type in REPLAYED_TYPES:
-            events.setdefault(g.cluster_id, []).append((g.group_id, g.record))
+    replayable = batch.groups.take(batch.groups.rows_of(REPLAYED_TYPES))
+    events = _events_by_cluster(replayable)
     replayed = []
     if events:
-        ev_groups = {(c, g) for c, evs in events.items() for g, _ in evs}
+        ev_groups = distinct_keys(replayable.table, ("cluster_id", "group_id"))
         # the open partition alone: no file of closed rows is read
         open_rows = renames.resolve(engine.read("group_generations", None,
                                                 _group_filter(ev_groups, ("valid_to",), ("is_open",))))
@@ -141,6 +140,18 @@ def _generation_changes(engine: DeltaEngine, batch: StateInput, names: topics.Na
                 _of_cluster(open_rows, cluster_id), evs, {i: n for (c, i), n in names.items() if c == cluster_id},
                 cluster_id, now, members, _of_cluster(unfilled, cluster_id), topologies))
     return renames.change_set(replayed)
+
+
+def _events_by_cluster(groups: GroupColumns) -> dict[str, GroupColumns]:
+    """Per cluster, its group records, in order."""
+    if not len(groups):
+        return {}
+    clusters = pc.dictionary_encode(groups.table.column("cluster_id").combine_chunks())
+    if len(clusters.dictionary) == 1:
+        return {clusters.dictionary[0].as_py(): groups}
+    code = clusters.indices.to_numpy()
+    return {cluster_id: groups.take(np.flatnonzero(code == i))
+            for i, cluster_id in enumerate(clusters.dictionary.to_pylist())}
 
 
 def _of_cluster(table: pa.Table, cluster_id: str) -> pa.Table:
@@ -185,6 +196,19 @@ class _Renames:
         return pa.concat_tables([table, extra.select(table.column_names).cast(table.schema)])
 
 
+def _last_per_key(groups: GroupColumns) -> np.ndarray:
+    """The rows of the last record per (cluster, group, type, member) by log position (of
+    two at one position, the later row), in row order."""
+    if not len(groups):
+        return np.zeros(0, np.int64)
+    t = groups.table
+    key = key_ids([t.column(n) for n in ("cluster_id", "group_id", "record_type", "subkey")])[0]
+    order = np.lexsort((np.arange(len(key)), t.column("offset").to_numpy(),
+                        t.column("offsets_partition").to_numpy(), key))
+    last = np.r_[key[order][1:] != key[order][:-1], True]
+    return np.sort(order[last])
+
+
 def _gen_key(r: dict) -> tuple:
     return tuple(r[k] for k in contract("group_generations").key)
 
@@ -198,20 +222,14 @@ def _latest_group_record_changes(batch: StateInput, now: datetime) -> pa.Table:
     are stored, so only they are encoded."""
     schema = contract("group_records_latest").arrow_schema
     # the winners first (a group-heavy batch holds hundreds of records per key), then columns
-    winners = [batch.group_records[i] for i in sorted(last_record_indices(batch.group_records))]
-    recs = [g.record for g in winners]
-    n = len(recs)
+    won = batch.groups.take(_last_per_key(batch.groups))
+    t, n = won.table, len(won)
     table = pa.table({
-        "cluster_id": pa.array([g.cluster_id for g in winners], pa.string()),
-        "group_id": pa.array([g.group_id for g in winners], pa.string()),
-        "record_type": pa.array([r.record_type for r in recs], pa.int16()),
-        "subkey": pa.array([r.subkey for r in recs], pa.string()),
-        "is_tombstone": pa.array([r.is_tombstone for r in recs], pa.bool_()),
-        "value_version": pa.array([r.value_version for r in recs], pa.int16()),
+        **{name: t.column(name) for name in ("cluster_id", "group_id", "record_type", "subkey",
+                                             "is_tombstone", "value_version")},
         "value_json": pa.nulls(n, pa.string()),
-        "offsets_partition": pa.array([r.offsets_partition for r in recs], pa.int32()),
-        "offset": pa.array([r.offset for r in recs], pa.int64()),
-        "record_timestamp": pa.array([r.record_timestamp for r in recs], TS),
+        "offsets_partition": t.column("offsets_partition"), "offset": t.column("offset"),
+        "record_timestamp": t.column("record_timestamp").cast(TS),
         "updated_at": pa.array([now] * n, TS),
         "_record": pa.array(np.arange(n, dtype=np.int64)),
     })
@@ -232,7 +250,7 @@ def _latest_group_record_changes(batch: StateInput, now: datetime) -> pa.Table:
         })
         table = pa.concat_tables([table, activity.cast(table.schema)])
     table = last_per_key(table, ["cluster_id", "group_id", "record_type", "subkey"])
-    values = [None if i is None or recs[i].value is None else dumps(recs[i].value)
+    values = [None if i is None or won.values[i] is None else dumps(won.values[i])
               for i in table.column("_record").to_pylist()]
     table = table.set_column(schema.get_field_index("value_json"), "value_json",
                              pa.array(values, pa.string())).drop_columns(["_record"])

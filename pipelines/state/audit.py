@@ -30,7 +30,15 @@ import pyarrow.compute as pc
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, read_batch
 from pipelines.lake.keys import KeyFilter, distinct_keys, quote_identifier, sql_literal
-from pipelines.model import OP, GroupRecord, LatestRecord, StateInput, distinct_sorted, kept_rows
+from pipelines.model import (
+    OP,
+    GroupColumns,
+    GroupRecord,
+    LatestRecord,
+    StateInput,
+    distinct_sorted,
+    kept_rows,
+)
 from pipelines.state import last_ended, topics
 from pipelines.state.anomalies import (
     ANOMALIES,
@@ -185,14 +193,16 @@ def audit_batch(engine: DeltaEngine, batch: StateInput, app_id: str, batch_id: i
     written: dict[str, int] = {}
     # earlier commits may find their owner by the names this batch learned, whatever else
     # the batch holds (a batch of partition metadata alone left them unresolved for good)
-    clusters = {g.cluster_id for g in batch.group_records} | set(batch.commit_ranges.column("cluster_id").to_pylist())
+    clusters = {c for c, in distinct_keys(batch.groups.table, ("cluster_id",))} | \
+        set(batch.commit_ranges.column("cluster_id").to_pylist())
     if _names_learned(engine, clusters, now):
         written.update(revisit_unresolved(engine, clusters, f"{app_id}#names", batch_id, now))
     commits = batch_commits(engine, batch, app_id, batch_id)
-    events = [(g.cluster_id, g.group_id, g.record) for g in batch.group_records
-              if g.record.record_type in GROUP_RECORD_TYPES]
+    audited = batch.groups.take(batch.groups.rows_of(GROUP_RECORD_TYPES))
+    events = list(zip(*(audited.table.column(n).to_pylist() for n in ("cluster_id", "group_id")),
+                      audited.latest(), strict=True))
     groups = distinct_keys(commits, ("cluster_id", "group_id"))
-    groups |= {(c, g) for c, g, _ in events}
+    groups |= distinct_keys(audited.table, ("cluster_id", "group_id"))
     if not groups:
         return written
     cursor = engine.read(CURSOR, None, KeyFilter.of(("cluster_id", "group_id"), groups)).to_pylist()
@@ -449,7 +459,7 @@ def _chunks(engine: DeltaEngine, cluster_id: str, part: int, chunk: int):
             continue
         ranges = pa.table({"cluster_id": [cluster_id], "offsets_partition": pa.array([part], pa.int32()),
                            "min_offset": pa.array([lo], pa.int64()), "max_offset": pa.array([hi], pa.int64())})
-        yield StateInput(contract("offset_commits").arrow_schema.empty_table(), mine, ranges), n
+        yield StateInput(contract("offset_commits").arrow_schema.empty_table(), GroupColumns.of(mine), ranges), n
 
 
 def rebuild(engine: DeltaEngine, clusters: list[str] | None = None) -> int:

@@ -24,14 +24,13 @@ How the replay computes the rows (as runs of records, column by column) is
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
 from pipelines.lake.contracts import contract
-from pipelines.model import LatestRecord
+from pipelines.model import GroupColumns
 from pipelines.state.ownership_runs import STORED_COLUMN, replay_runs
 
 #: The group record types the replay reads (every one, in log order).
@@ -40,7 +39,7 @@ REPLAYED_TYPES = (2, 3, 5, 8, 17, 19, 22, 23)
 
 def generation_changes(
     open_rows: pa.Table | None,
-    events: Iterable[tuple[str, LatestRecord]],
+    events: GroupColumns,
     topic_names: dict[str, str],
     cluster_id: str,
     updated_at: datetime,
@@ -48,8 +47,9 @@ def generation_changes(
     unfilled_rows: pa.Table | None = None,
     topologies: dict[str, dict[str, Any]] | None = None,
 ) -> pa.Table:
-    """Rows to upsert into ``group_generations`` after replaying ``events`` in log order,
-    each with the partition its stored version is in (:data:`STORED_COLUMN`).
+    """Rows to upsert into ``group_generations`` after replaying ``events`` (one cluster's
+    group records of :data:`REPLAYED_TYPES`, in any order) in log order, each with the
+    partition its stored version is in (:data:`STORED_COLUMN`).
 
     ``open_rows`` are the currently open rows (valid_to null) of the groups in ``events``;
     ``members`` maps (group, member id) to the KIP-848 member metadata (client id, host...)

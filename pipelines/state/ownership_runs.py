@@ -21,8 +21,7 @@ twice), each interval's row is the one changed last, as a MERGE must see each on
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.lake.contracts import contract, stored_column
-from pipelines.model import LatestRecord
+from pipelines.model import GroupColumns, micros
 from pipelines.state.key_ids import key_ids
 
 #: the change-set column naming the ``is_open`` partition a changed row is stored in
@@ -43,18 +42,7 @@ Owned = tuple[list[str], list[int]]
 ATTR_COLUMNS = ("group_instance_id", "client_id", "client_host", "subscribed_topics")
 #: the group types whose rows wait for their member's metadata record (classic rows carry theirs)
 WAITING_TYPES = ("consumer", "streams")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICROSECOND = timedelta(microseconds=1)
 _STAMP = pa.timestamp("us", tz="UTC")
-
-
-def micros(stamp: datetime | int | None) -> int | None:
-    """A timestamp as microseconds since the epoch (naive means UTC, as in Arrow)."""
-    if stamp is None or isinstance(stamp, int):
-        return stamp
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=timezone.utc)
-    return (stamp - _EPOCH) // _MICROSECOND
 
 
 def member_attrs(member: dict[str, Any]) -> Attrs:
@@ -92,7 +80,7 @@ def streams_owned(value: dict[str, Any], topology: dict[str, Any] | None) -> lis
     return sorted(set(owned))
 
 
-def replay_runs(open_rows: pa.Table | None, events: Iterable[tuple[str, LatestRecord]],
+def replay_runs(open_rows: pa.Table | None, events: GroupColumns,
                 topic_names: dict[str, str], cluster_id: str, updated_at: datetime,
                 members: dict[tuple[str, str], dict[str, Any]] | None = None,
                 unfilled_rows: pa.Table | None = None,
@@ -169,7 +157,7 @@ class _Listing:
         self.count: list[int] = []
         self.key_topic: list[str] = []
         self.key_partition: list[int] = []
-        self.owned_of: dict[int, Owned] = {}  # id of an assignment value -> its keys
+        self.owned_of: dict[int, tuple] = {}  # id of an assignment value -> its listing (_assignment)
         self.attrs: list[Attrs] = [_NONE]
         self.attr_of: dict[int, int] = {}  # id of a member's metadata value -> its attrs
         self.kept: list[Any] = []  # those values, alive while their ids are used
@@ -226,23 +214,28 @@ class _Listing:
                 at = records[scope] = self._record(scope, -1)
             self._keys(at, c["generation"][i], c["member_id"][i], ([c["topic"][i]], [c["partition"][i]]), 0)
 
-    def add_events(self, events: Iterable[tuple[str, LatestRecord]], stored: _Stored) -> None:
+    def add_events(self, events: GroupColumns, stored: _Stored) -> None:
         """Every record in log order. Notes whether two changed rows may be one interval
         (``shared``): a record replayed again (its offset starts a stored row), a group's
         records in two offsets partitions (their offsets may meet) or an interval the lake
-        holds twice. The usual records' steps are inlined: this runs once per group record."""
+        holds twice. The usual records' steps are inlined: this runs once per group record,
+        over the columns' values (no object per record)."""
         partition_of: dict[str, int] = {}
         starts = stored.starts
         self.shared = stored.twice
         stamps, offsets, partitions = self.stamp, self.offset, self.partition
         scope_of, at_scope, at_event = self.scope_of, self.at_scope, self.at_event
-        members, owned_of, keys, names = self.members, self.owned_of, self._keys, self.names
-        for group_id, rec in sorted(events, key=_log_position):
-            kind, subkey, tombstone, value, partition, offset, stamp, _ = rec
+        members, owned_of, names, attr_of = self.members, self.owned_of, self.names, self.attr_of
+        group_at, gens, member, attrs, count = self.group_at, self.gen, self.member, self.attr, self.count
+        key_topic, key_partition = self.key_topic, self.key_partition
+        events = _in_log_order(events)
+        columns = (events.table.column(n).to_pylist() for n in _EVENT_COLUMNS)
+        for group_id, kind, subkey, tombstone, partition, offset, stamp, value in zip(*columns, events.values,
+                                                                                     strict=True):
             if offset in starts or partition_of.setdefault(group_id, partition) != partition:
                 self.shared = True
             event = len(stamps)
-            stamps.append(stamp if stamp is None or type(stamp) is int else micros(stamp))
+            stamps.append(stamp)
             offsets.append(offset)
             partitions.append(partition)
             if kind == 8:
@@ -254,19 +247,26 @@ class _Listing:
                 at_event.append(event)
                 if not tombstone:
                     # keyed by the value object, which the events keep alive (its id is its own)
-                    owned = owned_of.get(id(value)) if value else None
-                    if owned is None:
-                        owned = _columns(member_owned(value or {}, names))
+                    listed = owned_of.get(id(value)) if value else None
+                    if listed is None:
+                        listed = _assignment(value or {}, names)
                         if value:
-                            owned_of[id(value)] = owned
-                    keys(at, (value or {}).get("member_epoch", 0), subkey, owned,
-                         self._member_attr(members.get((group_id, subkey))))
+                            owned_of[id(value)] = listed
+                    info = members.get((group_id, subkey))
+                    attr = attr_of.get(id(info), -1) if info else 0
+                    group_at.append(at)
+                    gens.append(listed[0])
+                    member.append(subkey)
+                    attrs.append(attr if attr >= 0 else self._member_attr(info))
+                    count.append(listed[3])
+                    key_topic.extend(listed[1])
+                    key_partition.extend(listed[2])
             elif kind == 5 or kind == 19:
-                self._metadata(group_id, rec, event)
+                self._metadata(group_id, subkey, None if tombstone else value, event)
             elif kind == 2:
-                self._generation(group_id, rec, event)
+                self._generation(group_id, None if tombstone else value or {}, event)
             elif kind == 22:
-                self._streams(group_id, rec, event)
+                self._streams(group_id, subkey, None if tombstone else value or {}, event)
             elif kind == 23:
                 if value:
                     self.topologies[group_id] = value
@@ -275,34 +275,35 @@ class _Listing:
                     self._record(scope, event)
                     del scope_of[self.scope_key[scope]]
 
-    def _generation(self, group_id: str, rec: LatestRecord, event: int) -> None:
+    def _generation(self, group_id: str, value: dict[str, Any] | None, event: int) -> None:
+        """A classic group's generation (``value``; None: the group's tombstone)."""
         at = self._record(self._scope(group_id, "classic", ""), event)
-        if rec.is_tombstone:
+        if value is None:
             return
-        value = rec.value or {}
         generation = value.get("generation", 0)
         for m in value.get("members") or ():
             attrs, owned = classic_attrs(m)
             self.attrs.append(attrs)
             self._keys(at, generation, m["member_id"], _columns(owned), len(self.attrs) - 1)
 
-    def _streams(self, group_id: str, rec: LatestRecord, event: int) -> None:
-        at = self._record(self._scope(group_id, "streams", rec.subkey), event)
-        if rec.is_tombstone:
+    def _streams(self, group_id: str, member_id: str, value: dict[str, Any] | None, event: int) -> None:
+        """A streams member's assignment (``value``; None: its tombstone)."""
+        at = self._record(self._scope(group_id, "streams", member_id), event)
+        if value is None:
             return
-        value = rec.value or {}
-        attr = self._member_attr(self.members.get((group_id, rec.subkey)))
+        attr = self._member_attr(self.members.get((group_id, member_id)))
         owned = streams_owned(value, self.topologies.get(group_id))
-        self._keys(at, value.get("member_epoch", 0), rec.subkey, _columns(owned), attr)
+        self._keys(at, value.get("member_epoch", 0), member_id, _columns(owned), attr)
 
-    def _metadata(self, group_id: str, rec: LatestRecord, event: int) -> None:
-        if rec.is_tombstone or not rec.value:
-            self.members.pop((group_id, rec.subkey), None)
+    def _metadata(self, group_id: str, member_id: str, value: dict[str, Any] | None, event: int) -> None:
+        """A KIP-848/streams member's metadata (``value``; None or empty: the member left)."""
+        if not value:
+            self.members.pop((group_id, member_id), None)
             return
-        self.members[(group_id, rec.subkey)] = rec.value
-        events, attrs = self.meta.setdefault((group_id, rec.subkey), ([], []))
+        self.members[(group_id, member_id)] = value
+        events, attrs = self.meta.setdefault((group_id, member_id), ([], []))
         events.append(event)
-        attrs.append(self._member_attr(rec.value))
+        attrs.append(self._member_attr(value))
 
     def fill(self, group_id: str, member_id: str, after: int) -> tuple[int, int, int] | None:
         """The attrs a row waiting for its member's metadata since event ``after`` ends with,
@@ -496,14 +497,30 @@ class _Runs:
         return table.append_column(STORED_COLUMN, pa.array(where, pa.bool_()))
 
 
+def _assignment(value: dict[str, Any], names: dict[str, str]) -> tuple[int, list[str], list[int], int]:
+    """A KIP-848 assignment as the replay lists it: its member epoch, the topics and the
+    partitions of its keys (:func:`_columns`) and how many."""
+    topics, partitions = _columns(member_owned(value, names))
+    return value.get("member_epoch", 0), topics, partitions, len(topics)
+
+
 def _columns(owned: list[tuple[str, int]]) -> Owned:
     """(topic, partition) pairs as a list of topics and one of partitions; none as the
     placeholder key ("", -1) that a member owning nothing has."""
     return ([t for t, _ in owned], [p for _, p in owned]) if owned else ([""], [-1])
 
 
-def _log_position(event: tuple[str, LatestRecord]) -> tuple[int, int]:
-    return event[1][4], event[1][5]
+#: the event columns ``add_events`` reads, in the order it unpacks them
+_EVENT_COLUMNS = ("group_id", "record_type", "subkey", "is_tombstone", "offsets_partition", "offset",
+                  "record_timestamp")
+
+
+def _in_log_order(events: GroupColumns) -> GroupColumns:
+    """The events by (offsets partition, offset), ties in their order."""
+    partition = events.table.column("offsets_partition").to_numpy()
+    offset = events.table.column("offset").to_numpy()
+    order = np.lexsort((np.arange(len(events)), offset, partition))
+    return events if np.all(order[1:] > order[:-1]) else events.take(order)
 
 
 def _last_per_interval(table: pa.Table, last: np.ndarray, listed: np.ndarray) -> pa.Table:

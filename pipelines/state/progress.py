@@ -12,7 +12,6 @@ built from ``offsets_raw`` once, at its first batch.
 from __future__ import annotations
 
 import logging
-from bisect import bisect_left
 from datetime import datetime
 
 import numpy as np
@@ -22,7 +21,7 @@ import pyarrow.compute as pc
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, read_batch
 from pipelines.lake.keys import KeyFilter
-from pipelines.model import OP, GroupRecord, StateInput
+from pipelines.model import OP, StateInput
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +108,7 @@ def not_yet_applied(engine: DeltaEngine, batch: StateInput, app_id: str, batch_i
     """
     if not engine.exists(TABLE) or engine.committed(TABLE, app_id, batch_id):
         return batch, {}
-    commits, records = batch.offset_commits, batch.group_records
+    commits, groups = batch.offset_commits, batch.groups
     # the whole table (a row per partition): finding the batch's clusters first cost a pass
     # over its records, and a partition the batch does not hold cuts nothing
     rows = engine.read(TABLE, [*_KEY, "log_end"])
@@ -117,49 +116,45 @@ def not_yet_applied(engine: DeltaEngine, batch: StateInput, app_id: str, batch_i
     if not ends:
         return batch, {}
     cut: set[tuple[str, int]] = set()
-    below = _commits_below(commits, ends)
+    below = _below_log_ends(commits, ends)
     if below is not None and pc.any(below).as_py():
-        cut |= set(zip(*(commits.filter(below).column(n).cast(t).to_pylist()
-                         for n, t in (("cluster_id", pa.string()), ("offsets_partition", pa.int64()))), strict=True))
+        cut |= _partitions(commits.filter(below))
         commits = commits.filter(pc.invert(below))
-    # the records are in log order (combined_state): each partition's records below its log
-    # end are one slice, found by bisection (a group-heavy batch holds ~500k records, a check
-    # of each cost ~0.15 s); a record in it is cut only if it is one (order or not)
-    old: set[int] = set()
-    for (c, p), end in ends.items():
-        lo, hi = (bisect_left(records, (c, p, at), key=_position) for at in (-1, end))
-        old.update(i for i in range(lo, hi) if (c, p, -1) <= _position(records[i]) < (c, p, end))
-    if old:
-        cut |= {(records[i].cluster_id, records[i].record.offsets_partition) for i in old}
-        records = [g for i, g in enumerate(records) if i not in old]
+    below = _below_log_ends(groups.table, ends)
+    if below is not None and pc.any(below).as_py():
+        cut |= _partitions(groups.table.filter(below))
+        groups = groups.take(np.flatnonzero(~below.to_numpy(zero_copy_only=False)))
     if not cut:
         return batch, {}
-    return StateInput(commits, records, batch.commit_ranges), {key: ends[key] for key in sorted(cut)}
+    return StateInput(commits, groups, batch.commit_ranges), {key: ends[key] for key in sorted(cut)}
 
 
-def _position(g: GroupRecord) -> tuple[str, int, int]:
-    return (g.cluster_id, g.record.offsets_partition, g.record.offset)
+def _partitions(rows: pa.Table) -> set[tuple[str, int]]:
+    """The (cluster, offsets partition) pairs of ``rows``."""
+    return set(zip(*(rows.column(n).cast(t).to_pylist()
+                     for n, t in (("cluster_id", pa.string()), ("offsets_partition", pa.int64()))), strict=True))
 
 
-def _commits_below(commits: pa.Table, ends: dict[tuple[str, int], int]) -> pa.Array | None:
-    """Per offset-commit row, whether it lies below its partition's log end: each row's end
-    looked up in a (cluster, partition) grid, one pass over the rows whatever the number
-    of partitions (a batch's state rows are one per committed key: up to millions)."""
-    if not commits.num_rows:
+def _below_log_ends(rows: pa.Table, ends: dict[tuple[str, int], int]) -> pa.Array | None:
+    """Per row (an offset commit or a group record), whether it lies below its partition's
+    log end: each row's end looked up in a (cluster, partition) grid, one pass over the
+    rows whatever the number of partitions (a batch's state rows are one per committed
+    key: up to millions; its group records, ~500k on a group-heavy log)."""
+    if not rows.num_rows:
         return None
-    encoded = pc.dictionary_encode(commits.column("cluster_id").cast(pa.string())).combine_chunks()
+    encoded = pc.dictionary_encode(rows.column("cluster_id").cast(pa.string())).combine_chunks()
     code = pc.fill_null(encoded.indices, -1).to_numpy()
-    partition = pc.fill_null(commits.column("offsets_partition"), -1).to_numpy().astype(np.int64)
-    offset = commits.column("offset").to_numpy().astype(np.int64)
+    partition = pc.fill_null(rows.column("offsets_partition"), -1).to_numpy().astype(np.int64)
+    offset = rows.column("offset").to_numpy().astype(np.int64)
     names = encoded.dictionary.to_pylist()
     width = max(p for _, p in ends) + 1
     grid = np.zeros((len(names) + 1, width + 1), np.int64)  # the last row and column: no end
     for (c, p), end in ends.items():
         if c in names and p >= 0:
             grid[names.index(c), p] = end
-    rows = np.where(code < 0, len(names), code)
+    at = np.where(code < 0, len(names), code)
     columns = np.where((partition < 0) | (partition >= width), width, partition)
-    return pa.array(offset < grid[rows, columns])
+    return pa.array(offset < grid[at, columns])
 
 
 def build_from_history(engine: DeltaEngine, now: datetime) -> int:

@@ -35,11 +35,11 @@ def batch_names(batch: StateInput) -> Names:
     """Names a batch carries: partition-metadata records (types 4, 9, 18) and offset
     commits with a topic id (4.1+ brokers write both)."""
     names: Names = {}
-    for g in batch.group_records:
-        r = g.record
-        if r.record_type in NAMING_TYPES and r.value:
-            names.update({(g.cluster_id, t["topic_id"]): t["topic_name"]
-                          for t in r.value.get("topics") or () if t.get("topic_id")})
+    naming = batch.groups.take(batch.groups.rows_of(NAMING_TYPES))
+    for cluster_id, value in zip(naming.table.column("cluster_id").to_pylist(), naming.values, strict=True):
+        if value:
+            names.update({(cluster_id, t["topic_id"]): t["topic_name"]
+                          for t in value.get("topics") or () if t.get("topic_id")})
     commits = batch.offset_commits
     commits = commits.filter(pc.is_valid(commits.column("topic_id")))
     names.update(zip(zip(commits.column("cluster_id").to_pylist(),
