@@ -51,19 +51,32 @@ def member_attrs(member: dict[str, Any]) -> Attrs:
             member.get("subscribed_topic_names"))
 
 
-def classic_attrs(member: dict[str, Any]) -> tuple[Attrs, list[tuple[str, int]]]:
-    """A classic member's attributes and the partitions its assignment holds."""
+def classic_attrs(member: dict[str, Any]) -> tuple[Attrs, Owned]:
+    """A classic member's attributes, and the partitions its assignment holds as the keys'
+    topics and partitions (:func:`_columns`'s placeholder for none)."""
     sub = member.get("subscription") if isinstance(member.get("subscription"), dict) else {}
     asg = member.get("assignment") if isinstance(member.get("assignment"), dict) else {}
     attrs = (member.get("group_instance_id"), member.get("client_id"), member.get("client_host"), sub.get("topics"))
-    return attrs, [(tp["topic"], p) for tp in asg.get("assigned_partitions") or () for p in tp["partitions"]]
+    topics: list[str] = []
+    partitions: list[int] = []
+    for tp in asg.get("assigned_partitions") or ():
+        held = tp["partitions"]
+        topics += [tp["topic"]] * len(held)
+        partitions += held
+    return attrs, (topics, partitions) if topics else ([""], [-1])
 
 
-def member_owned(value: dict[str, Any], topic_names: dict[str, str]) -> list[tuple[str, int]]:
-    """A KIP-848 member's partitions: assigned, and pending revocation (a partition pending
-    revocation is still the member's until it acknowledges the revocation)."""
-    held = [*(value.get("assigned_partitions") or ()), *(value.get("partitions_pending_revocation") or ())]
-    return [(topic_names.get(tp["topic_id"], tp["topic_id"]), p) for tp in held for p in tp["partitions"]]
+def member_owned(value: dict[str, Any], topic_names: dict[str, str]) -> Owned:
+    """A KIP-848 member's partitions, assigned and pending revocation (a partition pending
+    revocation is still the member's until it acknowledges the revocation), as the keys'
+    topics and partitions (:func:`_columns`'s placeholder for none)."""
+    topics: list[str] = []
+    partitions: list[int] = []
+    for tp in (*(value.get("assigned_partitions") or ()), *(value.get("partitions_pending_revocation") or ())):
+        held = tp["partitions"]
+        topics += [topic_names.get(tp["topic_id"], tp["topic_id"])] * len(held)
+        partitions += held
+    return (topics, partitions) if topics else ([""], [-1])
 
 
 def streams_owned(value: dict[str, Any], topology: dict[str, Any] | None) -> list[tuple[str, int]]:
@@ -284,7 +297,7 @@ class _Listing:
         for m in value.get("members") or ():
             attrs, owned = classic_attrs(m)
             self.attrs.append(attrs)
-            self._keys(at, generation, m["member_id"], _columns(owned), len(self.attrs) - 1)
+            self._keys(at, generation, m["member_id"], owned, len(self.attrs) - 1)
 
     def _streams(self, group_id: str, member_id: str, value: dict[str, Any] | None, event: int) -> None:
         """A streams member's assignment (``value``; None: its tombstone)."""
@@ -500,7 +513,7 @@ class _Runs:
 def _assignment(value: dict[str, Any], names: dict[str, str]) -> tuple[int, list[str], list[int], int]:
     """A KIP-848 assignment as the replay lists it: its member epoch, the topics and the
     partitions of its keys (:func:`_columns`) and how many."""
-    topics, partitions = _columns(member_owned(value, names))
+    topics, partitions = member_owned(value, names)
     return value.get("member_epoch", 0), topics, partitions, len(topics)
 
 
