@@ -69,3 +69,12 @@ def test_non_ascii_decode_runs_beside_a_baseline() -> None:
 def test_part_cells_runs_beside_collect() -> None:
     out = _run("part_cells.py", "--cells", "2", "--megabytes", "0.1", "--repeat", "1")
     assert "collect (baseline)" in out and "cells_to_driver (toArrow)" in out, out
+
+
+def test_driver_commits_run_beside_a_baseline(history: tuple[Path, Path]) -> None:
+    out = _run("driver_commits.py", "--data", str(history[0]), "--repeat", "1", "--baseline", str(REPO),
+               "--batch-records", "1000")
+    assert "baseline" in out and "current" in out and "nan" not in out, out
+    for step in ("unpickle the parts (parts_of)", "ownership replay (_generation_changes)",
+                 "commit audit (audit_batch)", "all commits, unpickling included"):
+        assert step in out, out
