@@ -168,6 +168,18 @@ class StateInput:
         """The group records as objects, in order."""
         return self.groups.records()
 
+    def __setstate__(self, state: dict[str, Any] | tuple) -> None:
+        """Unpickled as pickled (its fields), or from the form the version before wrote: the
+        group records as one list per field. A stopped run keeps the batches it decoded but
+        had not committed in its checkpoint (``pending_batches``), and the next run commits
+        them, maybe after an upgrade."""
+        if isinstance(state, tuple):
+            offset_commits, commit_ranges, (clusters, groups, *fields) = state
+            records = list(map(GroupRecord, clusters, groups, map(LatestRecord._make, zip(*fields, strict=True))))
+            state = {"offset_commits": offset_commits, "groups": GroupColumns.of(records),
+                     "commit_ranges": commit_ranges}
+        self.__dict__.update(state)
+
 
 def micros_of(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     """A timestamp column as int64 microseconds since the epoch (whatever its unit): the form

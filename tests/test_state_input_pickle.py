@@ -14,7 +14,7 @@ import pytest
 
 from pipelines.demo import generate_cluster
 from pipelines.history.tables import build_history
-from pipelines.model import StateInput
+from pipelines.model import LatestRecord, StateInput
 from pipelines.sources.record_batches.arrow_reader import read_arrow
 from tests.conftest import corpus_path
 
@@ -50,3 +50,28 @@ def test_empty_state_input_survives_pickling() -> None:
     got = pickle.loads(pickle.dumps(empty))
     assert got.group_records == [] and got.commit_ranges is None
     assert got.offset_commits.equals(empty.offset_commits)
+
+
+def test_a_state_input_the_version_before_pickled_still_loads(heavy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch a stopped run kept in its checkpoint is committed by the next run, maybe after
+    an upgrade: its state input, pickled as the version before pickled it (the group records
+    as one list per field, 26e63b3's ``StateInput.__getstate__``), loads as the same batch."""
+    raw = pa.Table.from_batches(list(read_arrow(heavy, cluster_id="c1")))
+    sent = build_history(raw, 0, NOW).state_input()
+    records = sent.group_records
+    assert records
+
+    def old_getstate(self: StateInput) -> tuple:
+        recs = self.group_records
+        columns = ([g.cluster_id for g in recs], [g.group_id for g in recs],
+                   *(map(list, zip(*(g.record for g in recs), strict=True)) if recs
+                     else ([] for _ in LatestRecord._fields)))
+        return self.offset_commits, self.commit_ranges, columns
+
+    monkeypatch.setattr(StateInput, "__getstate__", old_getstate, raising=False)
+    old = pickle.dumps(sent)
+    monkeypatch.undo()
+    got = pickle.loads(old)
+    assert got.group_records == records
+    assert got.groups.table.equals(sent.groups.table)
+    assert got.offset_commits.equals(sent.offset_commits) and got.commit_ranges.equals(sent.commit_ranges)
