@@ -21,6 +21,7 @@ twice), each interval's row is the one changed last, as a MERGE must see each on
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -57,26 +58,27 @@ def classic_attrs(member: dict[str, Any]) -> tuple[Attrs, Owned]:
     sub = member.get("subscription") if isinstance(member.get("subscription"), dict) else {}
     asg = member.get("assignment") if isinstance(member.get("assignment"), dict) else {}
     attrs = (member.get("group_instance_id"), member.get("client_id"), member.get("client_host"), sub.get("topics"))
-    topics: list[str] = []
-    partitions: list[int] = []
-    for tp in asg.get("assigned_partitions") or ():
-        held = tp["partitions"]
-        topics += [tp["topic"]] * len(held)
-        partitions += held
-    return attrs, (topics, partitions) if topics else ([""], [-1])
+    return attrs, _held_keys(asg.get("assigned_partitions") or (), lambda tp: tp["topic"])
 
 
 def member_owned(value: dict[str, Any], topic_names: dict[str, str]) -> Owned:
     """A KIP-848 member's partitions, assigned and pending revocation (a partition pending
     revocation is still the member's until it acknowledges the revocation), as the keys'
     topics and partitions (:func:`_columns`'s placeholder for none)."""
+    held = (*(value.get("assigned_partitions") or ()), *(value.get("partitions_pending_revocation") or ()))
+    return _held_keys(held, lambda tp: topic_names.get(tp["topic_id"], tp["topic_id"]))
+
+
+def _held_keys(held: Iterable[dict[str, Any]], topic_of: Callable[[dict[str, Any]], str]) -> Owned:
+    """Assignment entries (a topic and its ``partitions``) as the keys' topics and partitions,
+    one pass, no pair per key; none as :func:`_columns`'s placeholder."""
     topics: list[str] = []
     partitions: list[int] = []
-    for tp in (*(value.get("assigned_partitions") or ()), *(value.get("partitions_pending_revocation") or ())):
-        held = tp["partitions"]
-        topics += [topic_names.get(tp["topic_id"], tp["topic_id"])] * len(held)
-        partitions += held
-    return (topics, partitions) if topics else ([""], [-1])
+    for tp in held:
+        numbers = tp["partitions"]
+        topics += [topic_of(tp)] * len(numbers)
+        partitions += numbers
+    return (topics, partitions) if topics else _columns([])
 
 
 def streams_owned(value: dict[str, Any], topology: dict[str, Any] | None) -> list[tuple[str, int]]:
@@ -241,7 +243,7 @@ class _Listing:
         members, owned_of, names, attr_of = self.members, self.owned_of, self.names, self.attr_of
         group_at, gens, member, attrs, count = self.group_at, self.gen, self.member, self.attr, self.count
         key_topic, key_partition = self.key_topic, self.key_partition
-        events = _in_log_order(events)
+        events = events.in_log_order()  # one cluster's: by offsets partition and offset
         columns = (events.table.column(n).to_pylist() for n in _EVENT_COLUMNS)
         for group_id, kind, subkey, tombstone, partition, offset, stamp, value in zip(*columns, events.values,
                                                                                      strict=True):
@@ -265,15 +267,16 @@ class _Listing:
                         listed = _assignment(value or {}, names)
                         if value:
                             owned_of[id(value)] = listed
+                    epoch, topics, numbers = listed
                     info = members.get((group_id, subkey))
                     attr = attr_of.get(id(info), -1) if info else 0
                     group_at.append(at)
-                    gens.append(listed[0])
+                    gens.append(epoch)
                     member.append(subkey)
                     attrs.append(attr if attr >= 0 else self._member_attr(info))
-                    count.append(listed[3])
-                    key_topic.extend(listed[1])
-                    key_partition.extend(listed[2])
+                    count.append(len(topics))
+                    key_topic.extend(topics)
+                    key_partition.extend(numbers)
             elif kind == 5 or kind == 19:
                 self._metadata(group_id, subkey, None if tombstone else value, event)
             elif kind == 2:
@@ -510,11 +513,10 @@ class _Runs:
         return table.append_column(STORED_COLUMN, pa.array(where, pa.bool_()))
 
 
-def _assignment(value: dict[str, Any], names: dict[str, str]) -> tuple[int, list[str], list[int], int]:
-    """A KIP-848 assignment as the replay lists it: its member epoch, the topics and the
-    partitions of its keys (:func:`_columns`) and how many."""
-    topics, partitions = member_owned(value, names)
-    return value.get("member_epoch", 0), topics, partitions, len(topics)
+def _assignment(value: dict[str, Any], names: dict[str, str]) -> tuple[int, list[str], list[int]]:
+    """A KIP-848 assignment as the replay lists it: its member epoch, and the topics and the
+    partitions of its keys (:func:`member_owned`)."""
+    return (value.get("member_epoch", 0), *member_owned(value, names))
 
 
 def _columns(owned: list[tuple[str, int]]) -> Owned:
@@ -526,14 +528,6 @@ def _columns(owned: list[tuple[str, int]]) -> Owned:
 #: the event columns ``add_events`` reads, in the order it unpacks them
 _EVENT_COLUMNS = ("group_id", "record_type", "subkey", "is_tombstone", "offsets_partition", "offset",
                   "record_timestamp")
-
-
-def _in_log_order(events: GroupColumns) -> GroupColumns:
-    """The events by (offsets partition, offset), ties in their order."""
-    partition = events.table.column("offsets_partition").to_numpy()
-    offset = events.table.column("offset").to_numpy()
-    order = np.lexsort((np.arange(len(events)), offset, partition))
-    return events if np.all(order[1:] > order[:-1]) else events.take(order)
 
 
 def _last_per_interval(table: pa.Table, last: np.ndarray, listed: np.ndarray) -> pa.Table:
