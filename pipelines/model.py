@@ -195,6 +195,16 @@ def micros_of(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
 EVERY_RECORD_TYPES = frozenset({2, 3, 4, 5, 8, 9, 11, 17, 18, 19, 22, 23})
 
 
+def last_by_position(key: np.ndarray, partition: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """The rows of the last record per ``key`` by log position (offsets partition, offset;
+    of two at one position, the later row), in row order."""
+    if not len(key):
+        return np.zeros(0, np.int64)
+    order = np.lexsort((np.arange(len(key)), offset, partition, key))
+    last = np.r_[key[order][1:] != key[order][:-1], True]
+    return np.sort(order[last])
+
+
 def distinct_sorted(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)`` of a 1-D integer array, by a sort.
 

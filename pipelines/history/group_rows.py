@@ -18,7 +18,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.decode import DecodedRecord
-from pipelines.model import EVERY_RECORD_TYPES, GROUP_SCHEMA, GroupColumns, GroupRecord, micros_of
+from pipelines.model import (
+    EVERY_RECORD_TYPES,
+    GROUP_SCHEMA,
+    GroupColumns,
+    GroupRecord,
+    last_by_position,
+    micros_of,
+)
 
 
 @dataclass
@@ -74,7 +81,5 @@ class GroupRows:
         key = cluster.astype(np.int64) * len(key_of) + code[self.at[others]]
         partition = raw.column("offsets_partition").to_numpy().astype(np.int64)
         offset = raw.column("offset").to_numpy().astype(np.int64)
-        order = np.lexsort((np.arange(len(others)), offset, partition, key))
-        last = np.r_[key[order][1:] != key[order][:-1], True]
-        kept = np.sort(np.r_[np.flatnonzero(every[self.at]), others[order[last]]])
+        kept = np.sort(np.r_[np.flatnonzero(every[self.at]), others[last_by_position(key, partition, offset)]])
         return self.columns(kept)

@@ -20,7 +20,7 @@ from pipelines.decode.jsonify import dumps
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine
 from pipelines.lake.keys import KeyFilter, distinct_keys
-from pipelines.model import OP, GroupColumns, LatestRecord, StateInput, micros_of
+from pipelines.model import OP, GroupColumns, LatestRecord, StateInput, last_by_position, micros_of
 from pipelines.state import topics
 from pipelines.state.generations import (
     REPLAYED_TYPES,
@@ -199,14 +199,9 @@ class _Renames:
 def _last_per_key(groups: GroupColumns) -> np.ndarray:
     """The rows of the last record per (cluster, group, type, member) by log position (of
     two at one position, the later row), in row order."""
-    if not len(groups):
-        return np.zeros(0, np.int64)
     t = groups.table
     key = key_ids([t.column(n) for n in ("cluster_id", "group_id", "record_type", "subkey")])[0]
-    order = np.lexsort((np.arange(len(key)), t.column("offset").to_numpy(),
-                        t.column("offsets_partition").to_numpy(), key))
-    last = np.r_[key[order][1:] != key[order][:-1], True]
-    return np.sort(order[last])
+    return last_by_position(key, t.column("offsets_partition").to_numpy(), t.column("offset").to_numpy())
 
 
 def _gen_key(r: dict) -> tuple:
