@@ -55,12 +55,56 @@ class GroupRecord:
     record: LatestRecord
 
 
+#: The record type of classic ``GroupMetadata`` (``pipelines.decode.records.GROUP_METADATA_TYPE``).
+CLASSIC_TYPE = 2
+_PARTITIONS = pa.list_(pa.struct([("topic", pa.string()), ("partitions", pa.list_(pa.int32()))]))
+#: A classic group's members as the ownership replay lists them: each member's attributes and
+#: the partitions its assignment holds (the fields of ``group_metadata.members`` it reads).
+CLASSIC_MEMBERS = pa.list_(pa.struct([
+    ("member_id", pa.string()), ("group_instance_id", pa.string()), ("client_id", pa.string()),
+    ("client_host", pa.string()), ("subscribed_topics", pa.list_(pa.string())),
+    ("assigned_partitions", _PARTITIONS)]))
 #: The columns of :class:`GroupColumns`: a group record's every field but its value
-#: (``record_timestamp`` in microseconds since the epoch, as :class:`LatestRecord` keeps it).
+#: (``record_timestamp`` in microseconds since the epoch, as :class:`LatestRecord` keeps it),
+#: and of a classic ``GroupMetadata`` record (null for other types) its generation and
+#: members, which the ownership replay reads without the value.
 GROUP_SCHEMA = pa.schema([
     ("cluster_id", pa.string()), ("group_id", pa.string()), ("record_type", pa.int16()),
     ("subkey", pa.string()), ("is_tombstone", pa.bool_()), ("offsets_partition", pa.int32()),
-    ("offset", pa.int64()), ("record_timestamp", pa.int64()), ("value_version", pa.int16())])
+    ("offset", pa.int64()), ("record_timestamp", pa.int64()), ("value_version", pa.int16()),
+    ("classic_generation", pa.int32()), ("classic_members", CLASSIC_MEMBERS)])
+
+
+def classic_member(member: dict[str, Any]) -> dict[str, Any]:
+    """A decoded classic member (its subscription and assignment decoded, or left as bytes
+    when their protocol is not ``consumer``) as an element of ``group_metadata.members``
+    (and, of those fields, :data:`CLASSIC_MEMBERS`)."""
+    sub = member.get("subscription") if isinstance(member.get("subscription"), dict) else {}
+    asg = member.get("assignment") if isinstance(member.get("assignment"), dict) else {}
+    return {
+        "member_id": member.get("member_id"),
+        "group_instance_id": member.get("group_instance_id"),
+        "client_id": member.get("client_id"),
+        "client_host": member.get("client_host"),
+        "rebalance_timeout_ms": member.get("rebalance_timeout"),
+        "session_timeout_ms": member.get("session_timeout"),
+        "subscribed_topics": sub.get("topics"),
+        "owned_partitions": sub.get("owned_partitions"),
+        "assigned_partitions": asg.get("assigned_partitions"),
+    }
+
+
+def classic_columns(record_types: list[int], values: list[dict[str, Any] | None]) -> tuple[pa.Array, pa.Array]:
+    """The ``classic_generation`` and ``classic_members`` columns of records of
+    ``record_types`` with ``values`` (the tasks take them from ``group_metadata``'s)."""
+    generation: list[int | None] = []
+    members: list[list[dict[str, Any]] | None] = []
+    for record_type, value in zip(record_types, values, strict=True):
+        classic = record_type == CLASSIC_TYPE and value is not None
+        generation.append(value.get("generation") if classic else None)
+        members.append([classic_member(m) for m in value.get("members") or ()] if classic else None)
+    return pa.array(generation, pa.int32()), pa.array(members, CLASSIC_MEMBERS)
+_BASE_SCHEMA = pa.schema(list(GROUP_SCHEMA)[:-2])
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -101,8 +145,24 @@ class GroupColumns:
             "record_type": [r.record_type for r in recs], "subkey": [r.subkey for r in recs],
             "is_tombstone": [r.is_tombstone for r in recs], "offsets_partition": [r.offsets_partition for r in recs],
             "offset": [r.offset for r in recs], "record_timestamp": [micros(r.record_timestamp) for r in recs],
-            "value_version": [r.value_version for r in recs]}, schema=GROUP_SCHEMA)
-        return cls(table, [r.value for r in recs])
+            "value_version": [r.value_version for r in recs]}, schema=_BASE_SCHEMA)
+        return cls._with_classic(table, [r.value for r in recs])
+
+    @classmethod
+    def _with_classic(cls, table: pa.Table, values: list[dict[str, Any] | None]) -> GroupColumns:
+        """``table`` (the columns but :data:`GROUP_SCHEMA`'s classic ones) and ``values``,
+        the classic columns made from the values."""
+        generation, members = classic_columns(table.column("record_type").to_pylist(), values)
+        table = table.append_column("classic_generation", generation).append_column("classic_members", members)
+        return cls(table, values)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled as pickled, or as the version before pickled it, without the classic
+        columns (a stopped run's checkpoint keeps the batches it had not committed, and the
+        next run commits them, maybe after an upgrade): those made from the values."""
+        if "classic_members" not in state["table"].column_names:
+            state = GroupColumns._with_classic(state["table"], state["values"]).__dict__
+        self.__dict__.update(state)
 
     @staticmethod
     def concat(parts: list[GroupColumns]) -> GroupColumns:

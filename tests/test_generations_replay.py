@@ -55,6 +55,10 @@ def _both(open_rows: list[dict], events: list, names: dict, cluster_id: str, now
     assert all(set(r) == set(spec.column_names) for r in old)
     new_rows = new.to_pylist()
     assert all(r["is_open"] == (r["valid_to"] is None) for r in new_rows)
+    # the rows not stored are in the order they opened (the log's)
+    stored_keys = {_key(r) for r in open_rows + unfilled}
+    opened = [(r["offsets_partition"], r["valid_from_offset"]) for r in new_rows if _key(r) not in stored_keys]
+    assert opened == sorted(opened)
     assert len({_key(r) for r in new_rows}) == len(new_rows)
     assert sorted(new_rows, key=_key) == sorted(spec.from_rows(old).to_pylist(), key=_key)
     return new_rows

@@ -10,11 +10,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from pipelines.demo import generate_cluster
 from pipelines.history.tables import build_history
-from pipelines.model import LatestRecord, StateInput
+from pipelines.model import GroupColumns, LatestRecord, StateInput
 from pipelines.sources.record_batches.arrow_reader import read_arrow
 from tests.conftest import corpus_path
 
@@ -57,7 +58,10 @@ def test_a_state_input_the_version_before_pickled_still_loads(heavy: Path, monke
     an upgrade: its state input, pickled as the version before pickled it (the group records
     as one list per field, 26e63b3's ``StateInput.__getstate__``), loads as the same batch."""
     raw = pa.Table.from_batches(list(read_arrow(heavy, cluster_id="c1")))
-    sent = build_history(raw, 0, NOW).state_input()
+    history = build_history(raw, 0, NOW)
+    # that version sent every classic record's value: every group record, each with its value
+    state = history.state_input()
+    sent = StateInput(state.offset_commits, GroupColumns.of(history.group_records), state.commit_ranges)
     records = sent.group_records
     assert records
 
@@ -75,3 +79,21 @@ def test_a_state_input_the_version_before_pickled_still_loads(heavy: Path, monke
     assert got.group_records == records
     assert got.groups.table.equals(sent.groups.table)
     assert got.offset_commits.equals(sent.offset_commits) and got.commit_ranges.equals(sent.commit_ranges)
+
+
+@pytest.mark.parametrize("source", ["heavy", "golden/scenario-a/segments", "golden/scenario-d/segments"])
+def test_group_columns_the_version_before_pickled_load_with_their_classic_columns(source: str, heavy: Path) -> None:
+    """A state input the version before pickled (its group columns without ``classic_generation``
+    and ``classic_members``, 895f0fc) loads with the classic columns the tasks now send, made
+    from its values; and those are the tasks' columns, on real classic GroupMetadata records."""
+    path = heavy if source == "heavy" else corpus_path(*source.split("/"))
+    raw = pa.Table.from_batches(list(read_arrow(path, cluster_id="c1")))
+    history = build_history(raw, 0, NOW)
+    sent = history.group_rows.columns()  # every group record, each with its value
+    members = sent.table.column("classic_members").drop_null()
+    assert pc.sum(pc.list_value_length(members)).as_py() > 0, "no classic member: the test would prove nothing"
+    older = StateInput(history.offset_commits, GroupColumns(
+        sent.table.drop_columns(["classic_generation", "classic_members"]), sent.values))
+    got = pickle.loads(pickle.dumps(older))
+    assert got.groups.table.equals(sent.table)
+    assert GroupColumns.of(sent.records()).table.equals(sent.table)

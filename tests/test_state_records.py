@@ -21,7 +21,13 @@ from pipelines.history.group_rows import GroupRows
 from pipelines.history.tables import build_history
 from pipelines.ingest import IngestReport, ensure_tables, process_batch
 from pipelines.lake.engines import DeltaRsEngine
-from pipelines.model import EVERY_RECORD_TYPES, GroupColumns, GroupRecord, LatestRecord
+from pipelines.model import (
+    EVERY_RECORD_TYPES,
+    GroupColumns,
+    GroupRecord,
+    LatestRecord,
+    classic_columns,
+)
 from pipelines.sources.record_batches.arrow_reader import read_arrow
 from pipelines.state.audit import GROUP_RECORD_TYPES
 from pipelines.state.generations import REPLAYED_TYPES
@@ -90,7 +96,9 @@ def test_the_records_kept_are_the_oracles_whatever_the_keys_and_positions(rows: 
                     "offsets_partition": pa.array([r[4] for r in rows], pa.int32()),
                     "offset": pa.array([r[5] for r in rows], pa.int64()),
                     "timestamp": pa.array([0] * len(rows), pa.timestamp("ms", tz="UTC"))})
-    group_rows = GroupRows(uniq, [r[1] for r in rows], [r[3] for r in rows], np.arange(len(rows)), raw)
+    classic = classic_columns([r.record_type for r in uniq], [r.value for r in uniq])
+    group_rows = GroupRows(uniq, [r[1] for r in rows], [r[3] for r in rows], np.arange(len(rows)), raw,
+                           dict(zip(("classic_generation", "classic_members"), classic, strict=True)))
     assert group_rows.for_state().records() == state_records(group_rows.records())
 
 

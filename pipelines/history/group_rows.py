@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from pipelines.decode import DecodedRecord
 from pipelines.model import (
+    CLASSIC_TYPE,
     EVERY_RECORD_TYPES,
     GROUP_SCHEMA,
     GroupColumns,
@@ -33,17 +34,21 @@ class GroupRows:
     """Rows of decoded group records: row ``j`` is record ``uniq[at[j]]`` (one decoded record
     per distinct (key, value) pair, shared), at the position ``raw`` row ``j`` gives
     (``cluster_id``, ``offsets_partition``, ``offset``, ``timestamp``). ``group_ids`` and
-    ``subkeys`` are each distinct record's group and member (or regular expression)."""
+    ``subkeys`` are each distinct record's group and member (or regular expression), ``classic``
+    its classic columns (:data:`pipelines.model.GROUP_SCHEMA`'s ``classic_generation`` and
+    ``classic_members``)."""
 
     uniq: list[DecodedRecord]
     group_ids: list[str | None]
     subkeys: list[str]
     at: np.ndarray
     raw: pa.Table
+    classic: dict[str, pa.Array]
 
-    def columns(self, rows: np.ndarray | None = None) -> GroupColumns:
+    def columns(self, rows: np.ndarray | None = None, valued: np.ndarray | None = None) -> GroupColumns:
         """The ``rows`` (all by default), in order, as group-record columns: each distinct
-        record's fields converted once and taken for its rows."""
+        record's fields converted once and taken for its rows. Where ``valued`` (a mask over
+        ``rows``) is False, the row's value is left out (None)."""
         raw, at = (self.raw, self.at) if rows is None else (self.raw.take(pa.array(rows, pa.int64())), self.at[rows])
         uniq, take = self.uniq, pa.array(at, pa.int64())
         per_record = {
@@ -52,12 +57,16 @@ class GroupRows:
             "subkey": pa.array(self.subkeys, pa.string()),
             "is_tombstone": pa.array([r.value is None for r in uniq], pa.bool_()),
             "value_version": pa.array([r.value_version for r in uniq], pa.int16()),
+            **self.classic,
         }
         per_row = {"cluster_id": raw.column("cluster_id"), "offsets_partition": raw.column("offsets_partition"),
                    "offset": raw.column("offset"), "record_timestamp": micros_of(raw.column("timestamp"))}
         table = pa.table([per_row[f.name].cast(f.type) if f.name in per_row else per_record[f.name].take(take)
                           for f in GROUP_SCHEMA], schema=GROUP_SCHEMA)
-        return GroupColumns(table, [uniq[i].value for i in at.tolist()])
+        if valued is None:
+            return GroupColumns(table, [uniq[i].value for i in at.tolist()])
+        return GroupColumns(table, [uniq[i].value if v else None for i, v in zip(at.tolist(), valued.tolist(),
+                                                                                  strict=True)])
 
     def records(self, rows: np.ndarray | None = None) -> list[GroupRecord]:
         """The ``rows`` (all by default), in order, as group records."""
@@ -66,20 +75,28 @@ class GroupRows:
     def for_state(self) -> GroupColumns:
         """The records the state tables can depend on, in order: every record of
         :data:`EVERY_RECORD_TYPES`, and of the other types the last per (cluster, group,
-        type, member) by log position (of two at one position, the later row)."""
+        type, member) by log position (of two at one position, the later row).
+
+        A classic ``GroupMetadata`` record keeps its value only if it is the last of its
+        key: the ownership replay reads the classic columns, and ``group_records_latest``
+        the last value per key. The values left behind were 40 of the 55 MB a group-heavy
+        history's tasks pickled for the driver."""
         types = np.array([r.record_type for r in self.uniq], np.int64)
         every = np.isin(types, np.array(sorted(EVERY_RECORD_TYPES), np.int64))
-        others = np.flatnonzero(~every[self.at])
-        if not len(others):
+        ranked = ~every | (types == CLASSIC_TYPE)
+        rows = np.flatnonzero(ranked[self.at])
+        if not len(rows):
             return self.columns()
         key_of: dict[tuple, int] = {}
         code = np.full(len(self.uniq), -1, np.int64)
-        for i in np.flatnonzero(~every).tolist():
+        for i in np.flatnonzero(ranked).tolist():
             code[i] = key_of.setdefault((self.group_ids[i], int(types[i]), self.subkeys[i]), len(key_of))
-        raw = self.raw.take(pa.array(others, pa.int64()))
+        raw = self.raw.take(pa.array(rows, pa.int64()))
         cluster = pc.dictionary_encode(raw.column("cluster_id").combine_chunks()).indices.to_numpy()
-        key = cluster.astype(np.int64) * len(key_of) + code[self.at[others]]
+        key = cluster.astype(np.int64) * len(key_of) + code[self.at[rows]]
         partition = raw.column("offsets_partition").to_numpy().astype(np.int64)
         offset = raw.column("offset").to_numpy().astype(np.int64)
-        kept = np.sort(np.r_[np.flatnonzero(every[self.at]), others[last_by_position(key, partition, offset)]])
-        return self.columns(kept)
+        last = np.zeros(len(self.at), bool)
+        last[rows[last_by_position(key, partition, offset)]] = True
+        kept = np.flatnonzero(every[self.at] | last)
+        return self.columns(kept, last[kept] | (types[self.at[kept]] != CLASSIC_TYPE))

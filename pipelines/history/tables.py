@@ -28,9 +28,11 @@ from pipelines.decode.wire import ZERO_UUID
 from pipelines.history.group_rows import GroupRows
 from pipelines.lake.contracts import contract
 from pipelines.model import (
+    CLASSIC_MEMBERS,
     GroupColumns,
     GroupRecord,
     StateInput,
+    classic_member,
     kept_rows,
     state_rows,
 )
@@ -199,9 +201,12 @@ def _decode_group_rows(sub: pa.Table, ingested_at: datetime, metadata_tables: li
         sub, at = sub.take(pa.array(kept)), at[kept]
     group_ids = [r.group_id if ok else None for r, ok in zip(uniq, usable, strict=True)]
     subkeys = [_subkey(r.key) if ok else "" for r, ok in zip(uniq, usable, strict=True)]
+    fields = _group_fields(uniq)
+    metadata = _group_metadata_table(uniq, group_ids, subkeys, fields, at, sub, ingested_at)
+    metadata_tables.append(metadata.table)
     decoded.append(GroupRows(uniq, group_ids, subkeys, at,
-                             sub.select(["cluster_id", "offsets_partition", "offset", "timestamp"])))
-    metadata_tables.append(_group_metadata_table(uniq, group_ids, subkeys, at, sub, ingested_at))
+                             sub.select(["cluster_id", "offsets_partition", "offset", "timestamp"]),
+                             metadata.classic(uniq)))
     return d_type, d_status, d_error
 
 
@@ -304,16 +309,34 @@ def _group_fields(recs: list[DecodedRecord]) -> dict[str, list]:
             c = v.get("current_state_timestamp")
             if c and c > 0:
                 columns["current_state_timestamp"][i] = datetime.fromtimestamp(c / 1000, tz=timezone.utc)
-            members[i] = [_classic_member(m) for m in v.get("members") or ()]
+            members[i] = [classic_member(m) for m in v.get("members") or ()]
     return columns
 
 
+@dataclass
+class _GroupMetadata:
+    """A batch's ``group_metadata`` rows, and the columns of each distinct record they were
+    taken from (``per_record``)."""
+
+    table: pa.Table
+    per_record: dict[str, pa.Array]
+
+    def classic(self, uniq: list[DecodedRecord]) -> dict[str, pa.Array]:
+        """Each distinct record's :data:`pipelines.model.GROUP_SCHEMA` classic columns,
+        taken from its ``group_metadata`` ones: converted once for both."""
+        is_classic = pa.array([r.record_type == GROUP_METADATA_TYPE for r in uniq], pa.bool_())
+        generation = self.per_record["generation"]
+        return {"classic_generation": pc.if_else(is_classic, generation, pa.nulls(len(uniq), generation.type)),
+                "classic_members": self.per_record["members"].cast(CLASSIC_MEMBERS)}
+
+
 def _group_metadata_table(uniq: list[DecodedRecord], group_ids: list[str | None], subkeys: list[str],
-                          at: np.ndarray, raw: pa.Table, ingested_at: datetime) -> pa.Table:
+                          fields: dict[str, list], at: np.ndarray, raw: pa.Table,
+                          ingested_at: datetime) -> _GroupMetadata:
     """The ``group_metadata`` rows of decoded group records: row ``j`` is record
-    ``uniq[at[j]]`` at raw row ``j``. The decoded columns are converted by Arrow (as
-    ``Table.from_pylist`` would) once per distinct record and taken for every row; the
-    position and time columns are cast from ``raw``."""
+    ``uniq[at[j]]`` at raw row ``j``. The decoded columns (``fields``: :func:`_group_fields`)
+    are converted by Arrow (as ``Table.from_pylist`` would) once per distinct record and
+    taken for every row; the position and time columns are cast from ``raw``."""
     n = len(at)
     stamp_type = pa.timestamp("us", tz="UTC")
     decoded = {
@@ -323,7 +346,7 @@ def _group_metadata_table(uniq: list[DecodedRecord], group_ids: list[str | None]
         "member_id": [s or None for s in subkeys],
         "is_tombstone": [r.value is None for r in uniq],
         "value_version": [r.value_version for r in uniq],
-        **_group_fields(uniq),
+        **fields,
         "value_json": _value_json(uniq),
         "decode_status": [r.decode_status for r in uniq],
     }
@@ -336,8 +359,10 @@ def _group_metadata_table(uniq: list[DecodedRecord], group_ids: list[str | None]
         "ingested_at": pa.array([ingested_at], stamp_type).take(pa.array(np.zeros(n, np.int64))),
     }
     schema = contract("group_metadata").arrow_schema
-    return pa.table([columns[f.name].cast(f.type) if f.name in columns
-                     else pa.array(decoded[f.name], f.type).take(take) for f in schema], schema=schema)
+    per_record = {f.name: pa.array(decoded[f.name], f.type) for f in schema if f.name not in columns}
+    table = pa.table([columns[f.name].cast(f.type) if f.name in columns else per_record[f.name].take(take)
+                      for f in schema], schema=schema)
+    return _GroupMetadata(table, per_record)
 
 
 def _value_json(recs: list[DecodedRecord]) -> list[str | None]:
@@ -354,19 +379,3 @@ def _value_json(recs: list[DecodedRecord]) -> list[str | None]:
             text = texts[id(v)] = dumps(v)
         out.append(text)
     return out
-
-
-def _classic_member(m: dict) -> dict:
-    sub = m.get("subscription") if isinstance(m.get("subscription"), dict) else {}
-    asg = m.get("assignment") if isinstance(m.get("assignment"), dict) else {}
-    return {
-        "member_id": m.get("member_id"),
-        "group_instance_id": m.get("group_instance_id"),
-        "client_id": m.get("client_id"),
-        "client_host": m.get("client_host"),
-        "rebalance_timeout_ms": m.get("rebalance_timeout"),
-        "session_timeout_ms": m.get("session_timeout"),
-        "subscribed_topics": sub.get("topics"),
-        "owned_partitions": sub.get("owned_partitions"),
-        "assigned_partitions": asg.get("assigned_partitions"),
-    }

@@ -21,7 +21,6 @@ twice), each interval's row is the one changed last, as a MERGE must see each on
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -30,69 +29,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.lake.contracts import contract, stored_column
-from pipelines.model import GroupColumns, micros
+from pipelines.model import GROUP_SCHEMA, GroupColumns, micros
+from pipelines.state.held_keys import (
+    Attrs,
+    KeyGroups,
+    Owned,
+    assignment_keys,
+    classic_key_groups,
+    key_columns,
+    member_attrs,
+    streams_owned,
+)
 from pipelines.state.key_ids import key_ids
 
 #: the change-set column naming the ``is_open`` partition a changed row is stored in
 STORED_COLUMN = stored_column("is_open")
-# a row's attributes: group_instance_id, client_id, client_host, subscribed_topics
-Attrs = tuple[Any, Any, Any, Any]
 _NONE: Attrs = (None, None, None, None)
-#: the keys a member holds in one record: its topics and, alike, its partitions
-Owned = tuple[list[str], list[int]]
 ATTR_COLUMNS = ("group_instance_id", "client_id", "client_host", "subscribed_topics")
 #: the group types whose rows wait for their member's metadata record (classic rows carry theirs)
 WAITING_TYPES = ("consumer", "streams")
 _STAMP = pa.timestamp("us", tz="UTC")
-
-
-def member_attrs(member: dict[str, Any]) -> Attrs:
-    """A KIP-848/streams member's metadata record as a row's attributes."""
-    return (member.get("instance_id"), member.get("client_id"), member.get("client_host"),
-            member.get("subscribed_topic_names"))
-
-
-def classic_attrs(member: dict[str, Any]) -> tuple[Attrs, Owned]:
-    """A classic member's attributes, and the partitions its assignment holds as the keys'
-    topics and partitions (:func:`_columns`'s placeholder for none)."""
-    sub = member.get("subscription") if isinstance(member.get("subscription"), dict) else {}
-    asg = member.get("assignment") if isinstance(member.get("assignment"), dict) else {}
-    attrs = (member.get("group_instance_id"), member.get("client_id"), member.get("client_host"), sub.get("topics"))
-    return attrs, _held_keys(asg.get("assigned_partitions") or (), lambda tp: tp["topic"])
-
-
-def member_owned(value: dict[str, Any], topic_names: dict[str, str]) -> Owned:
-    """A KIP-848 member's partitions, assigned and pending revocation (a partition pending
-    revocation is still the member's until it acknowledges the revocation), as the keys'
-    topics and partitions (:func:`_columns`'s placeholder for none)."""
-    held = (*(value.get("assigned_partitions") or ()), *(value.get("partitions_pending_revocation") or ()))
-    return _held_keys(held, lambda tp: topic_names.get(tp["topic_id"], tp["topic_id"]))
-
-
-def _held_keys(held: Iterable[dict[str, Any]], topic_of: Callable[[dict[str, Any]], str]) -> Owned:
-    """Assignment entries (a topic and its ``partitions``) as the keys' topics and partitions,
-    one pass, no pair per key; none as :func:`_columns`'s placeholder."""
-    topics: list[str] = []
-    partitions: list[int] = []
-    for tp in held:
-        numbers = tp["partitions"]
-        topics += [topic_of(tp)] * len(numbers)
-        partitions += numbers
-    return (topics, partitions) if topics else _columns([])
-
-
-def streams_owned(value: dict[str, Any], topology: dict[str, Any] | None) -> list[tuple[str, int]]:
-    """A streams member's active tasks (pending revocation included) as the source-topic
-    partitions they read: task (subtopology s, partition p) reads partition p of every
-    source and repartition-source topic of s (from the group's topology record)."""
-    subtopologies = {st.get("subtopology_id"): st for st in (topology or {}).get("subtopologies") or ()}
-    owned = []
-    for task in [*(value.get("active_tasks") or ()), *(value.get("active_tasks_pending_revocation") or ())]:
-        st = subtopologies.get(task.get("subtopology_id")) or {}
-        topics = [*(st.get("source_topics") or ()),
-                  *(t.get("name") for t in st.get("repartition_source_topics") or () if t.get("name"))]
-        owned += [(t, p) for t in topics for p in task.get("partitions") or ()]
-    return sorted(set(owned))
 
 
 def replay_runs(open_rows: pa.Table | None, events: GroupColumns,
@@ -172,12 +128,20 @@ class _Listing:
         self.count: list[int] = []
         self.key_topic: list[str] = []
         self.key_partition: list[int] = []
-        self.owned_of: dict[int, tuple] = {}  # id of an assignment value -> its listing (_assignment)
+        self.owned_of: dict[int, tuple] = {}  # id of an assignment value -> its listing (assignment_keys)
         self.attrs: list[Attrs] = [_NONE]
         self.attr_of: dict[int, int] = {}  # id of a member's metadata value -> its attrs
         self.kept: list[Any] = []  # those values, alive while their ids are used
         # (group, member) -> the events of its metadata records and their attrs
         self.meta: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        # per classic record with a value: its record, its row of the events and how many
+        # groups of keys the lists above held then (its members' groups go there)
+        self.classic_at: list[int] = []
+        self.classic_row: list[int] = []
+        self.classic_after: list[int] = []
+        self.events = GROUP_SCHEMA.empty_table()  # the events, in log order
+        self._classic_attrs: list[pa.Array] = []
+        self._key_groups: KeyGroups | None = None
         self._attr_columns: list[pa.Array] | None = None
         self._event_columns: dict[str, pa.Array] = {}
         self.shared = False
@@ -244,6 +208,8 @@ class _Listing:
         group_at, gens, member, attrs, count = self.group_at, self.gen, self.member, self.attr, self.count
         key_topic, key_partition = self.key_topic, self.key_partition
         events = events.in_log_order()  # one cluster's: by offsets partition and offset
+        self.events = events.table
+        classic_at, classic_row, classic_after = self.classic_at, self.classic_row, self.classic_after
         columns = (events.table.column(n).to_pylist() for n in _EVENT_COLUMNS)
         for group_id, kind, subkey, tombstone, partition, offset, stamp, value in zip(*columns, events.values,
                                                                                      strict=True):
@@ -264,7 +230,7 @@ class _Listing:
                     # keyed by the value object, which the events keep alive (its id is its own)
                     listed = owned_of.get(id(value)) if value else None
                     if listed is None:
-                        listed = _assignment(value or {}, names)
+                        listed = assignment_keys(value or {}, names)
                         if value:
                             owned_of[id(value)] = listed
                     epoch, topics, numbers = listed
@@ -279,8 +245,16 @@ class _Listing:
                     key_partition.extend(numbers)
             elif kind == 5 or kind == 19:
                 self._metadata(group_id, subkey, None if tombstone else value, event)
-            elif kind == 2:
-                self._generation(group_id, None if tombstone else value or {}, event)
+            elif kind == 2:  # a classic generation: its members are listed from columns (_classic_groups)
+                scope = scope_of.get((group_id, "classic", ""))
+                if scope is None:
+                    scope = self._scope(group_id, "classic", "")
+                if not tombstone:
+                    classic_at.append(len(at_scope))
+                    classic_row.append(event)
+                    classic_after.append(len(group_at))
+                at_scope.append(scope)
+                at_event.append(event)
             elif kind == 22:
                 self._streams(group_id, subkey, None if tombstone else value or {}, event)
             elif kind == 23:
@@ -291,17 +265,6 @@ class _Listing:
                     self._record(scope, event)
                     del scope_of[self.scope_key[scope]]
 
-    def _generation(self, group_id: str, value: dict[str, Any] | None, event: int) -> None:
-        """A classic group's generation (``value``; None: the group's tombstone)."""
-        at = self._record(self._scope(group_id, "classic", ""), event)
-        if value is None:
-            return
-        generation = value.get("generation", 0)
-        for m in value.get("members") or ():
-            attrs, owned = classic_attrs(m)
-            self.attrs.append(attrs)
-            self._keys(at, generation, m["member_id"], owned, len(self.attrs) - 1)
-
     def _streams(self, group_id: str, member_id: str, value: dict[str, Any] | None, event: int) -> None:
         """A streams member's assignment (``value``; None: its tombstone)."""
         at = self._record(self._scope(group_id, "streams", member_id), event)
@@ -309,7 +272,7 @@ class _Listing:
             return
         attr = self._member_attr(self.members.get((group_id, member_id)))
         owned = streams_owned(value, self.topologies.get(group_id))
-        self._keys(at, value.get("member_epoch", 0), member_id, _columns(owned), attr)
+        self._keys(at, value.get("member_epoch", 0), member_id, key_columns(owned), attr)
 
     def _metadata(self, group_id: str, member_id: str, value: dict[str, Any] | None, event: int) -> None:
         """A KIP-848/streams member's metadata (``value``; None or empty: the member left)."""
@@ -320,6 +283,25 @@ class _Listing:
         events, attrs = self.meta.setdefault((group_id, member_id), ([], []))
         events.append(event)
         attrs.append(self._member_attr(value))
+
+    def key_groups(self) -> KeyGroups:
+        """Every group of keys in listing order: those the lists hold, and each classic
+        record's members' (:meth:`_classic_groups`) where the record was replayed."""
+        if self._key_groups is None:
+            listed = KeyGroups(np.array(self.group_at, np.int64), np.array(self.gen, np.int64),
+                                pa.array(self.member, pa.string()), np.array(self.attr, np.int64),
+                                np.array(self.count, np.int64), pa.array(self.key_topic, pa.string()),
+                                np.array(self.key_partition, np.int64))
+            classic, after = self._classic_groups()
+            self._key_groups = listed.merged(classic, after)
+        return self._key_groups
+
+    def _classic_groups(self) -> tuple[KeyGroups, np.ndarray]:
+        """The classic records' groups of keys (:func:`classic_key_groups`), their members'
+        attrs after every other; and per group how many other groups precede it."""
+        groups, owner, self._classic_attrs = classic_key_groups(
+            self.events, np.array(self.classic_row, np.int64), np.array(self.classic_at, np.int64), len(self.attrs))
+        return groups, np.array(self.classic_after, np.int64)[owner]
 
     def fill(self, group_id: str, member_id: str, after: int) -> tuple[int, int, int] | None:
         """The attrs a row waiting for its member's metadata since event ``after`` ends with,
@@ -350,7 +332,7 @@ class _Listing:
         new_attr, new_last = runs.attr.copy(), np.maximum(2 * runs.opened + 1, 2 * runs.closed)
         for j in np.flatnonzero(runs.waiting(self)):
             group_id = self.scope_key[runs.scope[j]][0]
-            filled = self.fill(group_id, self.member[runs.group[runs.first[j]]], int(runs.opened[j]))
+            filled = self.fill(group_id, runs.member[int(runs.first[j])].as_py(), int(runs.opened[j]))
             if filled is not None:
                 new_attr[j], new_last[j] = filled[0], max(new_last[j], 2 * filled[2])
         closed = np.full(len(stored.table), -1, np.int64)
@@ -390,9 +372,13 @@ class _Listing:
     def attr_columns(self) -> list[pa.Array]:
         """The four attribute columns (:data:`ATTR_COLUMNS`) of every attrs, built once."""
         if self._attr_columns is None:
+            self.key_groups()  # the classic members' attrs follow the others
             schema = contract("group_generations").arrow_schema
             self._attr_columns = [pa.array([a[i] for a in self.attrs], schema.field(name).type)
                                   for i, name in enumerate(ATTR_COLUMNS)]
+            if self._classic_attrs:
+                self._attr_columns = [pa.concat_arrays([column, classic.cast(column.type)]) for column, classic
+                                      in zip(self._attr_columns, self._classic_attrs, strict=True)]
         return self._attr_columns
 
     def attrs_table(self, picked: np.ndarray) -> list[pa.Array]:
@@ -442,14 +428,15 @@ class _Runs:
         at_scope = np.array(listing.at_scope, np.int64)
         at_event = np.array(listing.at_event, np.int64)
         ordinal, next_at = _ordinals(at_scope)
+        groups = listing.key_groups()
         # each key's group of keys, and that group's record
-        self.group = np.repeat(np.arange(len(listing.count)), np.array(listing.count, np.int64))
-        key_at = np.array(listing.group_at, np.int64)[self.group]
-        self.topic = pa.array(listing.key_topic, pa.string())
-        self.member = pa.array(listing.member, pa.string()).take(pa.array(self.group))
+        self.group = np.repeat(np.arange(len(groups.count)), groups.count)
+        key_at = groups.group_at[self.group]
+        self.topic = groups.key_topic
+        self.member = groups.member.take(pa.array(self.group))
         scope, place = at_scope[key_at], ordinal[key_at]
-        self.gen = np.array(listing.gen, np.int64)[self.group]
-        self.partition = np.array(listing.key_partition, np.int64)
+        self.gen = groups.gen[self.group]
+        self.partition = groups.key_partition
         key = key_ids([pa.array(scope), pa.array(self.gen), self.member, self.topic, pa.array(self.partition)])[0]
         # by key, then place; of equal rows the earlier first (one radix sort of an int64)
         order = np.argsort(key * (int(place.max()) + 1 if len(place) else 1) + place, kind="stable")
@@ -457,7 +444,7 @@ class _Runs:
         same_key = np.r_[False, key[1:] == key[:-1]][:len(key)]
         repeat = same_key & (np.r_[-1, place[:-1]] == place)  # a key a record lists twice
         last = np.r_[~repeat[1:], True][:len(repeat)]  # the last listing of a key in its record: its attrs win
-        attr = np.array(listing.attr, np.int64)[self.group][order][last]
+        attr = groups.attr[self.group][order][last]
         # the row a stored key is: the later of two stored rows of one key (as the record
         # by record replay holds it; a renamed topic id can make two)
         stored_entry = order[last]
@@ -511,18 +498,6 @@ class _Runs:
         table = pa.Table.from_arrays([columns[f.name].cast(f.type) for f in schema], schema=schema)
         where = [True] * n if stored_at is None else [stored_at.get(i, True) for i in _intervals(table)]
         return table.append_column(STORED_COLUMN, pa.array(where, pa.bool_()))
-
-
-def _assignment(value: dict[str, Any], names: dict[str, str]) -> tuple[int, list[str], list[int]]:
-    """A KIP-848 assignment as the replay lists it: its member epoch, and the topics and the
-    partitions of its keys (:func:`member_owned`)."""
-    return (value.get("member_epoch", 0), *member_owned(value, names))
-
-
-def _columns(owned: list[tuple[str, int]]) -> Owned:
-    """(topic, partition) pairs as a list of topics and one of partitions; none as the
-    placeholder key ("", -1) that a member owning nothing has."""
-    return ([t for t, _ in owned], [p for _, p in owned]) if owned else ([""], [-1])
 
 
 #: the event columns ``add_events`` reads, in the order it unpacks them

@@ -9,9 +9,18 @@ from pipelines.model import EVERY_RECORD_TYPES, GroupRecord
 
 def state_records(records: list[GroupRecord]) -> list[GroupRecord]:
     """Every record of :data:`EVERY_RECORD_TYPES`, and of the other types the last per
-    (cluster, group, type, member) only, in order."""
+    (cluster, group, type, member) only, in order; a classic GroupMetadata record (type 2)
+    without its value unless it is the last of its key."""
     kept = last_record_indices(records, skipped=EVERY_RECORD_TYPES)
-    return [g for i, g in enumerate(records) if g.record.record_type in EVERY_RECORD_TYPES or i in kept]
+    classic_last = last_record_indices(records, skipped=frozenset(g.record.record_type for g in records) - {2})
+    out = []
+    for i, g in enumerate(records):
+        if g.record.record_type not in EVERY_RECORD_TYPES and i not in kept:
+            continue
+        if g.record.record_type == 2 and i not in classic_last:
+            g = GroupRecord(g.cluster_id, g.group_id, g.record._replace(value=None))
+        out.append(g)
+    return out
 
 
 def last_record_indices(records: list[GroupRecord], skipped: frozenset[int] = frozenset()) -> set[int]:
