@@ -15,7 +15,7 @@ import pytest
 from pipelines.demo import generate_cluster
 from pipelines.history.tables import build_history
 from pipelines.lake.contracts import contract
-from pipelines.model import GroupColumns, GroupRecord
+from pipelines.model import GroupColumns, GroupRecord, LatestRecord
 from pipelines.sources.record_batches.arrow_reader import read_arrow
 from pipelines.state.generations import STORED_COLUMN, generation_changes
 from tests.conftest import corpus_path
@@ -378,3 +378,33 @@ def test_a_static_members_rows_opened_without_a_client_id_wait_for_it() -> None:
     rows = _both([], events, {}, "c1", NOW, {}, [], {})
     assert [(r["partition"], r["group_instance_id"], r["client_id"]) for r in rows] == \
         [(0, "static-1", "c"), (1, "static-1", "c")]
+
+
+def _assignment(group_id: str, partition: int, offset: int) -> tuple[str, LatestRecord]:
+    value = {"member_epoch": 1, "assigned_partitions": [{"topic_id": "T", "partitions": [0]}],
+             "partitions_pending_revocation": []}
+    return group_id, LatestRecord(8, "m", False, value, partition, offset, 1_700_000_000_000_000)
+
+
+@pytest.mark.parametrize(("event", "shared"), [
+    (_assignment("h", 5, 7), False),  # the offset a stored row starts at, in another partition
+    (_assignment("g", 3, 7), True),   # the stored row's own position: a record replayed again
+    (_assignment("g", 5, 9), True),   # the stored row's group in another partition
+])
+def test_a_record_is_taken_for_replayed_only_at_a_stored_rows_own_position(event: tuple, shared: bool) -> None:
+    """Two changed rows may be one interval (and only then are they ranked against each other
+    and their stored partitions looked up) where a record starts a stored row again or a
+    group's records or rows name two offsets partitions; an offset alone, meeting a stored
+    row's start in another partition, is not one (it made every batch after the first look
+    replayed)."""
+    from pipelines.state.ownership_runs import _Listing, _Stored
+
+    spec = contract("group_generations")
+    stored_rows = generation_changes(None, GroupColumns.of([GroupRecord("c1", *_assignment("g", 3, 7))]), {}, "c1",
+                                     NOW).drop_columns([STORED_COLUMN])
+    assert stored_rows.num_rows == 1 and stored_rows.column("is_open").to_pylist() == [True]
+    stored = _Stored.of(stored_rows.cast(spec.arrow_schema), None)
+    listing = _Listing({}, None, None)
+    listing.add_stored(stored)
+    listing.add_events(GroupColumns.of([GroupRecord("c1", *event)]), stored)
+    assert listing.shared is shared
