@@ -397,13 +397,14 @@ def test_a_record_is_taken_for_replayed_only_at_a_stored_rows_own_position(event
     group's records or rows name two offsets partitions; an offset alone, meeting a stored
     row's start in another partition, is not one (it made every batch after the first look
     replayed)."""
-    from pipelines.state.ownership_runs import _Listing, _Stored
+    from pipelines.state.ownership_runs import _Listing
+    from pipelines.state.ownership_stored import Stored
 
     spec = contract("group_generations")
     stored_rows = generation_changes(None, GroupColumns.of([GroupRecord("c1", *_assignment("g", 3, 7))]), {}, "c1",
                                      NOW).drop_columns([STORED_COLUMN])
     assert stored_rows.num_rows == 1 and stored_rows.column("is_open").to_pylist() == [True]
-    stored = _Stored.of(stored_rows.cast(spec.arrow_schema), None)
+    stored = Stored.of(stored_rows.cast(spec.arrow_schema), None)
     listing = _Listing({}, None, None)
     listing.add_stored(stored)
     listing.add_events(GroupColumns.of([GroupRecord("c1", *event)]), stored)

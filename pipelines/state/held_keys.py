@@ -77,22 +77,23 @@ class KeyGroups:
     key_topic: pa.Array
     key_partition: np.ndarray
 
-    def merged(self, other: KeyGroups, after: np.ndarray) -> KeyGroups:
-        """These groups with ``other``'s, each of those after the first ``after`` of these
-        (in their order where several go to one place)."""
-        if not len(other.count):
-            return self
-        order = np.argsort(np.r_[2 * np.arange(len(self.count)) + 1, 2 * after], kind="stable")
-        count = np.r_[self.count, other.count]
-        starts = np.cumsum(count) - count
-        taken = count[order]
+    @staticmethod
+    def concat(parts: list[KeyGroups]) -> KeyGroups:
+        """``parts`` one after the other."""
+        return KeyGroups(*(np.concatenate([getattr(p, f) for p in parts]) if f not in ("member", "key_topic")
+                           else pa.concat_arrays([getattr(p, f) for p in parts]) for f in _FIELDS))
+
+    def take(self, order: np.ndarray) -> KeyGroups:
+        """The groups ``order`` lists, in that order, each with its keys."""
+        starts = np.cumsum(self.count) - self.count
+        taken = self.count[order]
         keys = np.repeat(starts[order] - (np.cumsum(taken) - taken), taken) + np.arange(int(taken.sum()))
-        take = pa.array(order, pa.int64())
-        return KeyGroups(np.r_[self.group_at, other.group_at][order], np.r_[self.gen, other.gen][order],
-                         pa.concat_arrays([self.member, other.member]).take(take),
-                         np.r_[self.attr, other.attr][order], taken,
-                         pa.concat_arrays([self.key_topic, other.key_topic]).take(pa.array(keys, pa.int64())),
-                         np.r_[self.key_partition, other.key_partition][keys])
+        rows, at = pa.array(order, pa.int64()), pa.array(keys, pa.int64())
+        return KeyGroups(self.group_at[order], self.gen[order], self.member.take(rows), self.attr[order], taken,
+                         self.key_topic.take(at), self.key_partition[keys])
+
+
+_FIELDS = ("group_at", "gen", "member", "attr", "count", "key_topic", "key_partition")
 
 
 def lengths(lists: pa.Array) -> np.ndarray:

@@ -11,7 +11,8 @@ takes it from the member's next metadata records (:meth:`_Listing.fill`).
 Why: the record-by-record replay this replaced kept a Python row and a dict entry per open
 key and touched them at every record of the scope; on a group-heavy batch (560k records, a
 948k-row change set; ``benchmarks/state_step.py``) it took 3.2 s of the driver's CPU, this
-2.6 s. Its rows are the oracle of ``tests/test_generations_replay.py``.
+2.6 s, and with the records and their keys found column by column (nineteenth session)
+~1.5 s. Its rows are the oracle of ``tests/test_generations_replay.py``.
 
 Where two changed rows may be one interval (a record replayed again by another query over
 the same log, a group's records in two offsets partitions, an interval the lake holds
@@ -41,6 +42,12 @@ from pipelines.state.held_keys import (
     streams_owned,
 )
 from pipelines.state.key_ids import key_ids
+from pipelines.state.ownership_stored import (
+    Stored,
+    intervals,
+    last_per_interval,
+    meets_stored,
+)
 
 #: the change-set column naming the ``is_open`` partition a changed row is stored in
 STORED_COLUMN = stored_column("is_open")
@@ -58,64 +65,21 @@ def replay_runs(open_rows: pa.Table | None, events: GroupColumns,
                 topologies: dict[str, dict[str, Any]] | None = None) -> pa.Table:
     """Rows to upsert into ``group_generations`` after replaying ``events`` (see
     :func:`pipelines.state.generations.generation_changes`)."""
-    stored = _Stored.of(open_rows, unfilled_rows)
+    stored = Stored.of(open_rows, unfilled_rows)
     listing = _Listing(topic_names, members, topologies)
     listing.add_stored(stored)
     listing.add_events(events, stored)
     return listing.changes(stored, cluster_id, updated_at)
 
 
-class _Stored:
-    """The stored rows the replay reads: the open ones (first), then those still waiting for
-    their member's metadata that are not open; where each stored interval is; the log
-    positions (offsets partition, offset) that start one (``starts``) and each group's
-    offsets partition (``partition_of``; ``twice`` if a group's rows name two)."""
-
-    def __init__(self, table: pa.Table, opened: int, at: dict[tuple, bool], twice: bool,
-                 places: list[tuple[str, int, int]]) -> None:
-        self.table, self.opened, self.at = table, opened, at
-        self.starts = {(partition, offset) for _, partition, offset in places}
-        self.partition_of: dict[str, int] = {}
-        for group_id, partition, _ in places:
-            twice = twice or self.partition_of.setdefault(group_id, partition) != partition
-        self.twice = twice
-        self.columns = {c: table.column(c).to_pylist() for c in
-                        ("group_id", "group_type", "generation", "member_id", "topic", "partition", "client_id")}
-
-    @classmethod
-    def of(cls, open_rows: pa.Table | None, unfilled_rows: pa.Table | None) -> _Stored:
-        schema = contract("group_generations").arrow_schema
-        tables = [schema.empty_table() if t is None else t.select(schema.names).cast(schema)
-                  for t in (open_rows, unfilled_rows)]
-        opened, waiting = _intervals(tables[0]), _intervals(tables[1])
-        # the partition each stored interval is in (an open row's, if one is)
-        at = dict(zip(waiting, tables[1].column("is_open").to_pylist(), strict=True)) | \
-            dict(zip(opened, tables[0].column("is_open").to_pylist(), strict=True))
-        known = set(opened)
-        keep = [i for i, interval in enumerate(waiting) if interval not in known]
-        twice = len(known) < len(opened) or len({waiting[i] for i in keep}) < len(keep)
-        table = pa.concat_tables([tables[0], tables[1].take(pa.array(keep, pa.int64()))])
-        every = pa.concat_tables(tables)
-        places = list(zip(*(every.column(c).to_pylist() for c in ("group_id", "offsets_partition", "valid_from_offset")),
-                          strict=True))
-        return cls(table, len(opened), at, twice, places)
-
-
-#: a row's identity in the table: its key and where it started
-INTERVAL = ("group_id", "generation", "member_id", "topic", "partition", "group_type", "valid_from_offset")
-
-
-def _intervals(table: pa.Table) -> list[tuple]:
-    return list(zip(*(table.column(c).to_pylist() for c in INTERVAL), strict=True)) if table.num_rows else []
-
-
 class _Listing:
-    """The records of every scope in log order, and the keys each holds, as flat lists.
+    """The records of every scope in log order, and the keys each holds, as flat columns.
 
     A scope's *record* here is one of its assignment records, a group tombstone closing it,
     or (event -1) its stored open rows; the keys of record ``r`` are the entries with
     groups with ``group_at == r``. The stored open rows' keys come first, one per stored row,
-    in order."""
+    in order (Python lists, :meth:`add_stored`); the batch's follow by record (arrays,
+    :meth:`add_events`)."""
 
     def __init__(self, topic_names: dict[str, str], members: dict | None, topologies: dict | None) -> None:
         self.names = topic_names
@@ -124,11 +88,10 @@ class _Listing:
         self.scope_of: dict[tuple[str, str, str], int] = {}
         self.scope_key: list[tuple[str, str, str]] = []  # (group, group type, member or "")
         self.member_scopes: dict[tuple[str, str], list[int]] = {}  # (group, type) -> live scopes
-        self.at_scope: list[int] = []  # per record: its scope
-        self.at_event: list[int] = []  # per record: its event (-1: the stored rows)
-        self.stamp: list[int | None] = []  # per event
-        self.offset: list[int] = []
-        self.partition: list[int] = []
+        # per record: its scope, and its event (-1: the stored rows); arrays once the
+        # events are added
+        self.at_scope: list[int] | np.ndarray = []
+        self.at_event: list[int] | np.ndarray = []
         # per group of keys (a member's in one record): its record, generation, member,
         # attrs (index into ``attrs``) and how many keys; every key's (topic, partition)
         self.group_at: list[int] = []
@@ -138,18 +101,16 @@ class _Listing:
         self.count: list[int] = []
         self.key_topic: list[str] = []
         self.key_partition: list[int] = []
-        self.owned_of: dict[int, tuple] = {}  # id of an assignment value -> its listing (assignment_keys)
         self.attrs: list[Attrs] = [_NONE]
         self.attr_of: dict[int, int] = {}  # id of a member's metadata value -> its attrs
         self.kept: list[Any] = []  # those values, alive while their ids are used
         # (group, member) -> the events of its metadata records and their attrs
         self.meta: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
-        # per classic record with a value: its record, its row of the events and how many
-        # groups of keys the lists above held then (its members' groups go there)
-        self.classic_at: list[int] = []
-        self.classic_row: list[int] = []
-        self.classic_after: list[int] = []
+        # the classic records with a value: their rows of the events and their records
+        self.classic_row = np.zeros(0, np.int64)
+        self.classic_at = np.zeros(0, np.int64)
         self.events = GROUP_SCHEMA.empty_table()  # the events, in log order
+        self._event_groups: list[KeyGroups] = []
         self._classic_attrs: list[pa.Array] = []
         self._key_groups: KeyGroups | None = None
         self._attr_columns: list[pa.Array] | None = None
@@ -191,7 +152,7 @@ class _Listing:
             self.kept.append(info)
         return attr
 
-    def add_stored(self, stored: _Stored) -> None:
+    def add_stored(self, stored: Stored) -> None:
         """The stored open rows' keys, under one record per scope before any event."""
         c = stored.columns
         records: dict[int, int] = {}
@@ -203,120 +164,176 @@ class _Listing:
                 at = records[scope] = self._record(scope, -1)
             self._keys(at, c["generation"][i], c["member_id"][i], ([c["topic"][i]], [c["partition"][i]]), 0)
 
-    def add_events(self, events: GroupColumns, stored: _Stored) -> None:
-        """Every record in log order. Notes whether two changed rows may be one interval
-        (``shared``): a record replayed again (its log position starts a stored row), a
-        group's records (or stored rows) in two offsets partitions (their offsets may meet)
-        or an interval the lake holds twice. By position, not offset alone: an offset of one
-        partition starting a stored row of another made every batch after the first look
-        replayed (~0.4 s of a group-heavy batch's replay for nothing). The usual records'
-        steps are inlined: this runs once per group record, over the columns' values (no
-        object per record)."""
-        partition_of = dict(stored.partition_of)
-        starts = stored.starts
-        start_offsets = {offset for _, offset in starts}
-        self.shared = stored.twice
-        stamps, offsets, partitions = self.stamp, self.offset, self.partition
-        scope_of, at_scope, at_event = self.scope_of, self.at_scope, self.at_event
-        members, owned_of, names, attr_of = self.members, self.owned_of, self.names, self.attr_of
-        group_at, gens, member, attrs, count = self.group_at, self.gen, self.member, self.attr, self.count
-        key_topic, key_partition = self.key_topic, self.key_partition
+    def add_events(self, events: GroupColumns, stored: Stored) -> None:
+        """Every record of the batch in log order, column by column: the records of each
+        scope (an assignment record, a classic generation, a group's tombstone closing its
+        members' scopes) and the groups of keys they hold. Notes whether two changed rows
+        may be one interval (``shared``: :func:`meets_stored`).
+
+        Why columns: the record-by-record pass this replaced (a dict lookup, a list append
+        or two per record) cost ~2 us a record, ~0.5 s of a group-heavy batch's commit; only
+        a record's listing (per distinct value) and a member's metadata (per record) are
+        Python here."""
         events = events.in_log_order()  # one cluster's: by offsets partition and offset
-        self.events = events.table
-        classic_at, classic_row, classic_after = self.classic_at, self.classic_row, self.classic_after
-        columns = (events.table.column(n).to_pylist() for n in _EVENT_COLUMNS)
-        for group_id, kind, subkey, tombstone, partition, offset, stamp, value in zip(*columns, events.values,
-                                                                                     strict=True):
-            if (offset in start_offsets and (partition, offset) in starts) or \
-                    partition_of.setdefault(group_id, partition) != partition:
-                self.shared = True
-            event = len(stamps)
-            stamps.append(stamp)
-            offsets.append(offset)
-            partitions.append(partition)
-            if kind == 8:
-                scope = scope_of.get((group_id, "consumer", subkey))
-                if scope is None:
-                    scope = self._scope(group_id, "consumer", subkey)
-                at = len(at_scope)
-                at_scope.append(scope)
-                at_event.append(event)
-                if not tombstone:
-                    # keyed by the value object, which the events keep alive (its id is its own)
-                    listed = owned_of.get(id(value)) if value else None
-                    if listed is None:
-                        listed = assignment_keys(value or {}, names)
-                        if value:
-                            owned_of[id(value)] = listed
-                    epoch, topics, numbers = listed
-                    info = members.get((group_id, subkey))
-                    attr = attr_of.get(id(info), -1) if info else 0
-                    group_at.append(at)
-                    gens.append(epoch)
-                    member.append(subkey)
-                    attrs.append(attr if attr >= 0 else self._member_attr(info))
-                    count.append(len(topics))
-                    key_topic.extend(topics)
-                    key_partition.extend(numbers)
-            elif kind == 5 or kind == 19:
-                self._metadata(group_id, subkey, None if tombstone else value, event)
-            elif kind == 2:  # a classic generation: its members are listed from columns (_classic_groups)
-                scope = scope_of.get((group_id, "classic", ""))
-                if scope is None:
-                    scope = self._scope(group_id, "classic", "")
-                if not tombstone:
-                    classic_at.append(len(at_scope))
-                    classic_row.append(event)
-                    classic_after.append(len(group_at))
-                at_scope.append(scope)
-                at_event.append(event)
-            elif kind == 22:
-                self._streams(group_id, subkey, None if tombstone else value or {}, event)
-            elif kind == 23:
+        t = self.events = events.table
+        self.shared = stored.twice
+        n = t.num_rows
+        if not n:
+            return
+        kind = t.column("record_type").to_numpy().astype(np.int64)
+        tomb = t.column("is_tombstone").to_numpy(zero_copy_only=False).astype(bool)
+        groups = pc.dictionary_encode(t.column("group_id").combine_chunks())
+        members = pc.dictionary_encode(t.column("subkey").combine_chunks())
+        group, member = groups.indices.to_numpy().astype(np.int64), members.indices.to_numpy().astype(np.int64)
+        names, member_names = groups.dictionary.to_pylist(), members.dictionary.to_pylist()
+        self.shared = self.shared or meets_stored(stored, group, names, t)
+        scoped = np.flatnonzero(np.isin(kind, list(_SCOPED)))
+        record = self._event_records(kind, tomb, group, member, names, member_names, scoped)
+        attr = self._member_attrs(kind, tomb, group, member, names, member_names, events.values)
+        live = ~tomb[scoped]
+        rows = {k: scoped[live & (kind[scoped] == k)] for k in _SCOPED}
+        at = {k: record[live & (kind[scoped] == k)] for k in _SCOPED}
+        self.classic_row, self.classic_at = rows[2], at[2]
+        self._event_groups = [self._assignment_groups(t, rows[8], at[8], attr, events.values),
+                              self._streams_groups(t, kind, tomb, group, names, rows[22], at[22], attr, events.values)]
+
+    def _event_records(self, kind: np.ndarray, tomb: np.ndarray, group: np.ndarray, member: np.ndarray,
+                       names: list[str], member_names: list[str], scoped: np.ndarray) -> np.ndarray:
+        """The records of the events, after the stored rows': one per ``scoped`` event, in
+        its scope, and per group tombstone one in each scope of the group's members it
+        closes. A scope is (group, type, member) and how many of the group's tombstones
+        of its type precede it: a member's scope closed by a tombstone starts again after
+        it. Returns each scoped event's record."""
+        span = len(kind) + 1
+        stype = np.select([kind[scoped] == 2, kind[scoped] == 8], [0, 1], 2)
+        deleting = np.flatnonzero(tomb & np.isin(kind, (3, 17)))
+        dtype = np.where(kind[deleting] == 3, 1, 2)
+        before = np.sort((group[deleting] * 3 + dtype) * span + deleting)
+
+        def closed_before(key: np.ndarray, event: np.ndarray) -> np.ndarray:
+            return np.searchsorted(before, key * span + event) - np.searchsorted(before, key * span)
+
+        epoch = closed_before(group[scoped] * 3 + stype, scoped)
+        who = np.where(stype == 0, -1, member[scoped])
+        ids = key_ids([pa.array(group[scoped]), pa.array(stype), pa.array(who), pa.array(epoch)])[0]
+        first = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, np.int64)
+        first[ids[::-1]] = np.arange(len(ids))[::-1]
+        scope_id = np.empty(len(first), np.int64)
+        opened: dict[tuple[int, int, int], list[int]] = {}  # (group, type, epoch) -> its new scopes
+        for d, row in enumerate(first.tolist()):
+            key = (names[group[scoped[row]]], _TYPES[stype[row]], "" if who[row] < 0 else member_names[who[row]])
+            scope = self.scope_of.get(key) if epoch[row] == 0 else None
+            if scope is None:
+                scope = len(self.scope_key)
+                self.scope_key.append(key)
+                opened.setdefault((int(group[scoped[row]]), int(stype[row]), int(epoch[row])), []).append(scope)
+            scope_id[d] = scope
+        rec_scope, rec_event = [scope_id[ids]], [scoped]
+        for d, k, e in zip(deleting.tolist(), dtype.tolist(), closed_before(group[deleting] * 3 + dtype,
+                                                                            deleting).tolist(), strict=True):
+            g = int(group[d])
+            closing = (self.member_scopes.get((names[g], _TYPES[k]), []) if e == 0 else []) + opened.get((g, k, e), [])
+            rec_scope.append(np.array(closing, np.int64))
+            rec_event.append(np.full(len(closing), d, np.int64))
+        event = np.concatenate(rec_event)
+        order = np.argsort(event, kind="stable")
+        base = len(self.at_scope)
+        self.at_scope = np.r_[np.array(self.at_scope, np.int64), np.concatenate(rec_scope)[order]]
+        self.at_event = np.r_[np.array(self.at_event, np.int64), event[order]]
+        place = np.empty(len(order), np.int64)
+        place[order] = np.arange(len(order))
+        return base + place[:len(scoped)]
+
+    def _member_attrs(self, kind: np.ndarray, tomb: np.ndarray, group: np.ndarray, member: np.ndarray,
+                      names: list[str], member_names: list[str], values: list) -> np.ndarray:
+        """Per event, the attrs of its member's metadata as of it: its last metadata record
+        before it (none, a tombstone or an empty value: the member left), else what the
+        lake held before the batch. Every metadata record's attrs go to ``meta`` (for
+        :meth:`fill`)."""
+        n, span = len(kind), len(kind) + 1
+        who = group * (len(member_names) + 1) + member
+        meta = np.flatnonzero(np.isin(kind, (5, 19)))
+        meta_attr = np.zeros(len(meta), np.int64)
+        for j, row in enumerate(meta.tolist()):
+            info = None if tomb[row] else values[row]
+            if info:
+                meta_attr[j] = attr = self._member_attr(info)
+                events, attrs = self.meta.setdefault((names[group[row]], member_names[member[row]]), ([], []))
+                events.append(row)
+                attrs.append(attr)
+        keys = who[meta] * span + meta
+        order = np.argsort(keys, kind="stable")
+        keys, meta_attr = keys[order], meta_attr[order]
+        at = np.searchsorted(keys, who * span + np.arange(n)) - 1
+        found = (at >= 0) & (keys[np.maximum(at, 0)] // span == who) if len(keys) else np.zeros(n, bool)
+        attr = np.where(found, meta_attr[np.maximum(at, 0)] if len(keys) else 0, -1)
+        initial: dict[int, int] = {}
+        for row in np.flatnonzero(~found & np.isin(kind, (8, 22))).tolist():
+            w = int(who[row])
+            if w not in initial:
+                initial[w] = self._member_attr(self.members.get((names[group[row]], member_names[member[row]])))
+            attr[row] = initial[w]
+        return attr
+
+    def _assignment_groups(self, t: pa.Table, rows: np.ndarray, at: np.ndarray, attr: np.ndarray,
+                           values: list) -> KeyGroups:
+        """The KIP-848 assignment records' groups of keys (one each), each distinct value
+        listed once (:func:`assignment_keys`)."""
+        mine = [values[row] for row in rows.tolist()]
+        ids = [id(value) if value else 0 for value in mine]  # the events keep the values alive
+        by_id = dict(zip(ids, mine, strict=True))
+        place = {i: j for j, i in enumerate(by_id)}
+        listed = [assignment_keys(value or {}, self.names) for value in by_id.values()]
+        which = np.array([place[i] for i in ids], np.int64)
+        count = np.array([len(topics) for _, topics, _ in listed], np.int64)
+        start = np.cumsum(count) - count
+        taken = count[which]
+        keys = np.repeat(start[which] - (np.cumsum(taken) - taken), taken) + np.arange(int(taken.sum()))
+        return KeyGroups(at, np.array([epoch for epoch, _, _ in listed], np.int64)[which] if listed
+                         else np.zeros(0, np.int64),
+                         t.column("subkey").take(pa.array(rows, pa.int64())).combine_chunks().cast(pa.string()),
+                         attr[rows], taken,
+                         pa.array([x for _, topics, _ in listed for x in topics], pa.string()).take(
+                             pa.array(keys, pa.int64())),
+                         np.array([x for _, _, numbers in listed for x in numbers], np.int64)[keys])
+
+    def _streams_groups(self, t: pa.Table, kind: np.ndarray, tomb: np.ndarray, group: np.ndarray,
+                        names: list[str], rows: np.ndarray, at: np.ndarray, attr: np.ndarray,
+                        values: list) -> KeyGroups:
+        """The streams assignment records' groups of keys (one each): a member's tasks as
+        the partitions of its group's topology as of the record (the last topology record
+        before it with a value, else the lake's)."""
+        topologies, mine = dict(self.topologies), set(rows.tolist())
+        gen, member, count, topic, number = [], [], [], [], []
+        subkeys = t.column("subkey")
+        for row in np.flatnonzero(np.isin(kind, (22, 23))).tolist():
+            value = None if tomb[row] else values[row] or {}
+            if kind[row] == 23:
                 if value:
-                    self.topologies[group_id] = value
-            elif (kind == 3 or kind == 17) and tombstone:  # the group is gone: every member's rows close
-                for scope in self.member_scopes.pop((group_id, "consumer" if kind == 3 else "streams"), ()):
-                    self._record(scope, event)
-                    del scope_of[self.scope_key[scope]]
-
-    def _streams(self, group_id: str, member_id: str, value: dict[str, Any] | None, event: int) -> None:
-        """A streams member's assignment (``value``; None: its tombstone)."""
-        at = self._record(self._scope(group_id, "streams", member_id), event)
-        if value is None:
-            return
-        attr = self._member_attr(self.members.get((group_id, member_id)))
-        owned = streams_owned(value, self.topologies.get(group_id))
-        self._keys(at, value.get("member_epoch", 0), member_id, key_columns(owned), attr)
-
-    def _metadata(self, group_id: str, member_id: str, value: dict[str, Any] | None, event: int) -> None:
-        """A KIP-848/streams member's metadata (``value``; None or empty: the member left)."""
-        if not value:
-            self.members.pop((group_id, member_id), None)
-            return
-        self.members[(group_id, member_id)] = value
-        events, attrs = self.meta.setdefault((group_id, member_id), ([], []))
-        events.append(event)
-        attrs.append(self._member_attr(value))
+                    topologies[names[group[row]]] = value
+            elif row in mine:
+                owned = key_columns(streams_owned(value, topologies.get(names[group[row]])))
+                gen.append(value.get("member_epoch", 0))
+                member.append(subkeys[row].as_py())
+                count.append(len(owned[0]))
+                topic += owned[0]
+                number += owned[1]
+        return KeyGroups(at, np.array(gen, np.int64), pa.array(member, pa.string()), attr[rows],
+                         np.array(count, np.int64), pa.array(topic, pa.string()), np.array(number, np.int64))
 
     def key_groups(self) -> KeyGroups:
-        """Every group of keys in listing order: those the lists hold, and each classic
-        record's members' (:meth:`_classic_groups`) where the record was replayed."""
+        """Every group of keys in listing order: the stored rows' (first, as listed), then
+        the events' by record (a classic record's members in order)."""
         if self._key_groups is None:
             listed = KeyGroups(np.array(self.group_at, np.int64), np.array(self.gen, np.int64),
-                                pa.array(self.member, pa.string()), np.array(self.attr, np.int64),
-                                np.array(self.count, np.int64), pa.array(self.key_topic, pa.string()),
-                                np.array(self.key_partition, np.int64))
-            classic, after = self._classic_groups()
-            self._key_groups = listed.merged(classic, after)
+                               pa.array(self.member, pa.string()), np.array(self.attr, np.int64),
+                               np.array(self.count, np.int64), pa.array(self.key_topic, pa.string()),
+                               np.array(self.key_partition, np.int64))
+            classic, _, self._classic_attrs = classic_key_groups(self.events, self.classic_row, self.classic_at,
+                                                                 len(self.attrs))
+            events = KeyGroups.concat([*self._event_groups, classic])
+            self._key_groups = KeyGroups.concat([listed, events.take(np.argsort(events.group_at, kind="stable"))])
         return self._key_groups
-
-    def _classic_groups(self) -> tuple[KeyGroups, np.ndarray]:
-        """The classic records' groups of keys (:func:`classic_key_groups`), their members'
-        attrs after every other; and per group how many other groups precede it."""
-        groups, owner, self._classic_attrs = classic_key_groups(
-            self.events, np.array(self.classic_row, np.int64), np.array(self.classic_at, np.int64), len(self.attrs))
-        return groups, np.array(self.classic_after, np.int64)[owner]
 
     def fill(self, group_id: str, member_id: str, after: int) -> tuple[int, int, int] | None:
         """The attrs a row waiting for its member's metadata since event ``after`` ends with,
@@ -334,7 +351,7 @@ class _Listing:
             i += 1
         return attrs[i], first, events[i]
 
-    def changes(self, stored: _Stored, cluster_id: str, updated_at: datetime) -> pa.Table:
+    def changes(self, stored: Stored, cluster_id: str, updated_at: datetime) -> pa.Table:
         """The changed rows as a ``group_generations`` change set (:data:`STORED_COLUMN`
         included): the new rows in the order they opened, then the stored rows in the order
         they were first changed; where two may be one interval, the one changed last.
@@ -359,7 +376,7 @@ class _Listing:
                                   self._stored_table(stored, changed, closed[changed], attr[changed])])
         if self.shared:  # of the rows of one interval, the one changed last
             listed = np.r_[runs.first + len(stored.table), changed]  # a fill reaches stored rows first
-            table = _last_per_interval(table, np.r_[new_last, last[changed]], listed)
+            table = last_per_interval(table, np.r_[new_last, last[changed]], listed)
         n = table.num_rows
         schema = contract("group_generations").arrow_schema
         table = table.set_column(schema.get_field_index("cluster_id"), schema.field("cluster_id"),
@@ -368,7 +385,7 @@ class _Listing:
         return table.set_column(schema.get_field_index("updated_at"), schema.field("updated_at"),
                                 pa.repeat(stamp, n))
 
-    def _stored_fills(self, stored: _Stored, closed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _stored_fills(self, stored: Stored, closed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per stored row, the attrs the batch's metadata records fill it in with (-1: none),
         and when the batch first and last changes it (closes or fills it): events, the last
         as ``2 * event`` (-1: not changed)."""
@@ -405,10 +422,11 @@ class _Listing:
         """Per-event column ``name`` (stamp, offset, partition) at ``events`` (-1: null)."""
         column = self._event_columns.get(name)
         if column is None:
-            column = self._event_columns[name] = pa.array(getattr(self, name), pa.int64())
+            source = {"stamp": "record_timestamp", "offset": "offset", "partition": "offsets_partition"}[name]
+            column = self._event_columns[name] = self.events.column(source).combine_chunks().cast(pa.int64())
         return column.take(pa.array(np.where(events < 0, 0, events), mask=events < 0)).cast(type_)
 
-    def _stored_table(self, stored: _Stored, rows: np.ndarray, closed_at: np.ndarray,
+    def _stored_table(self, stored: Stored, rows: np.ndarray, closed_at: np.ndarray,
                       attr: np.ndarray) -> pa.Table:
         """The stored rows ``rows`` with the batch's changes: closed at event ``closed_at``
         (-1: not closed), attributes from attrs ``attr`` (-1: as stored)."""
@@ -511,22 +529,13 @@ class _Runs:
             "updated_at": pa.nulls(n, _STAMP),
         }
         table = pa.Table.from_arrays([columns[f.name].cast(f.type) for f in schema], schema=schema)
-        where = [True] * n if stored_at is None else [stored_at.get(i, True) for i in _intervals(table)]
+        where = [True] * n if stored_at is None else [stored_at.get(i, True) for i in intervals(table)]
         return table.append_column(STORED_COLUMN, pa.array(where, pa.bool_()))
 
 
-#: the event columns ``add_events`` reads, in the order it unpacks them
-_EVENT_COLUMNS = ("group_id", "record_type", "subkey", "is_tombstone", "offsets_partition", "offset",
-                  "record_timestamp")
-
-
-def _last_per_interval(table: pa.Table, last: np.ndarray, listed: np.ndarray) -> pa.Table:
-    """Of the rows of each interval, the one changed ``last`` (of two changed at one event, the
-    one ``listed`` later), in table order."""
-    rank = np.lexsort((listed, last))
-    ranked = table.select(list(INTERVAL)).append_column("_rank", pa.array(np.argsort(rank)))
-    best = ranked.group_by(list(INTERVAL), use_threads=False).aggregate([("_rank", "max")])
-    return table.take(pa.array(np.sort(rank[best.column("_rank_max").to_numpy()])))
+#: the record types that are records of a scope, and the group type of their scopes
+_SCOPED = {2: "classic", 8: "consumer", 22: "streams"}
+_TYPES = ("classic", "consumer", "streams")
 
 
 def _ordinals(at_scope: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
