@@ -116,14 +116,13 @@ def key_columns(owned: list[tuple[str, int]]) -> Owned:
 
 
 def classic_key_groups(events: pa.Table, rows: np.ndarray, record_at: np.ndarray,
-                       attr_base: int) -> tuple[KeyGroups, np.ndarray, list[pa.Array]]:
+                       attr_base: int) -> tuple[KeyGroups, list[pa.Array]]:
     """The groups of keys of the classic records at ``rows`` of ``events`` (records
     ``record_at`` of the listing), one per member, from the ``classic_members`` and
     ``classic_generation`` columns: each member's generation, attrs (numbered from
     ``attr_base``, one per member) and the partitions its assignment holds (none:
-    :func:`key_columns`'s placeholder). Also each group's classic record (its place in
-    ``rows``) and the attrs' four columns (group_instance_id, client_id, client_host,
-    subscribed_topics)."""
+    :func:`key_columns`'s placeholder). Also the attrs' four columns (group_instance_id,
+    client_id, client_host, subscribed_topics)."""
     take = pa.array(rows, pa.int64())
     members = events.column("classic_members").take(take).combine_chunks()
     generation = pc.fill_null(events.column("classic_generation").take(take), 0).to_numpy().astype(np.int64)
@@ -143,4 +142,4 @@ def classic_key_groups(events: pa.Table, rows: np.ndarray, record_at: np.ndarray
     groups = KeyGroups(record_at[owner], generation[owner], member_id,
                        attr_base + np.arange(len(member_id), dtype=np.int64), np.maximum(count, 1),
                        key_topic, key_partition)
-    return groups, owner, [instance, client, host, subscribed]
+    return groups, [instance, client, host, subscribed]

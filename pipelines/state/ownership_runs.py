@@ -285,17 +285,16 @@ class _Listing:
         place = {i: j for j, i in enumerate(by_id)}
         listed = [assignment_keys(value or {}, self.names) for value in by_id.values()]
         which = np.array([place[i] for i in ids], np.int64)
-        count = np.array([len(topics) for _, topics, _ in listed], np.int64)
-        start = np.cumsum(count) - count
-        taken = count[which]
-        keys = np.repeat(start[which] - (np.cumsum(taken) - taken), taken) + np.arange(int(taken.sum()))
-        return KeyGroups(at, np.array([epoch for epoch, _, _ in listed], np.int64)[which] if listed
-                         else np.zeros(0, np.int64),
-                         t.column("subkey").take(pa.array(rows, pa.int64())).combine_chunks().cast(pa.string()),
-                         attr[rows], taken,
-                         pa.array([x for _, topics, _ in listed for x in topics], pa.string()).take(
-                             pa.array(keys, pa.int64())),
-                         np.array([x for _, _, numbers in listed for x in numbers], np.int64)[keys])
+        n = len(listed)
+        distinct = KeyGroups(np.zeros(n, np.int64), np.array([epoch for epoch, _, _ in listed], np.int64),
+                             pa.nulls(n, pa.string()), np.zeros(n, np.int64),
+                             np.array([len(topics) for _, topics, _ in listed], np.int64),
+                             pa.array([x for _, topics, _ in listed for x in topics], pa.string()),
+                             np.array([x for _, _, numbers in listed for x in numbers], np.int64))
+        groups = distinct.take(which)  # each record's listing, its keys with it
+        groups.group_at, groups.attr = at, attr[rows]
+        groups.member = t.column("subkey").take(pa.array(rows, pa.int64())).combine_chunks().cast(pa.string())
+        return groups
 
     def _streams_groups(self, t: pa.Table, kind: np.ndarray, tomb: np.ndarray, group: np.ndarray,
                         names: list[str], rows: np.ndarray, at: np.ndarray, attr: np.ndarray,
@@ -329,7 +328,7 @@ class _Listing:
                                pa.array(self.member, pa.string()), np.array(self.attr, np.int64),
                                np.array(self.count, np.int64), pa.array(self.key_topic, pa.string()),
                                np.array(self.key_partition, np.int64))
-            classic, _, self._classic_attrs = classic_key_groups(self.events, self.classic_row, self.classic_at,
+            classic, self._classic_attrs = classic_key_groups(self.events, self.classic_row, self.classic_at,
                                                                  len(self.attrs))
             events = KeyGroups.concat([*self._event_groups, classic])
             self._key_groups = KeyGroups.concat([listed, events.take(np.argsort(events.group_at, kind="stable"))])
