@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines import jvm_cache, spark_python
+from pipelines.spark_daemon import DAEMON_MODULE
 from pipelines.without_pandas import WORKERS_WITHOUT_PANDAS
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ LOCAL_DEFAULTS = {
 #: where Spark finds the Python of its workers and of its driver-side Python processes
 PYTHON_SETTINGS = (("PYSPARK_PYTHON", "spark.pyspark.python"),
                    ("PYSPARK_DRIVER_PYTHON", "spark.pyspark.driver.python"))
+#: Spark's setting for the module its Python task daemon runs (``pyspark.daemon`` by default)
+DAEMON_CONF = "spark.python.daemon.module"
 LOCAL_LOG_LEVEL = "FATAL"  # failures reach the user as our own one-line errors
 # JVM flags for a local master that this process launches: the C1 compiler only. A scheduled
 # run is short and Python does the heavy work, so C2's compile threads mostly compete with
@@ -225,7 +228,9 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
 
     ``own_workers``: the session's Python workers will only ever run offsetlake's code (the
     CLI's process, which ends with its command): a local JVM launched here then runs them
-    without pandas (:func:`pipelines.without_pandas.block_pandas_in_own_workers`).
+    without pandas (:func:`pipelines.without_pandas.block_pandas_in_own_workers`) and, when
+    they run this interpreter, forks them from a daemon that imported the tasks' modules
+    (:mod:`pipelines.spark_daemon`).
 
     The master: ``master`` if given; under spark-submit, its ``--master``; else
     ``OFFSETLAKE_SPARK_MASTER``, else ``PYSPARK_SUBMIT_ARGS``' or spark-defaults'
@@ -272,6 +277,8 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
             [settings.submit_opts, *([archive.java_options] if archive else [])])
         if own_workers:
             os.environ[WORKERS_WITHOUT_PANDAS] = "1"
+            if launcher and os.environ.get("PYSPARK_PYTHON") == launcher and DAEMON_CONF not in user_conf:
+                builder = builder.config(DAEMON_CONF, DAEMON_MODULE)
     try:
         with jvm_cache.own_output(archive):
             spark = builder.getOrCreate()

@@ -1,9 +1,12 @@
-"""The CLI's own local session runs its Python workers without pandas; any other session's
-workers keep it.
+"""The CLI's own local session runs its Python workers without pandas, forked from a daemon
+that imported the decoding tasks' modules; any other session's workers keep pandas and
+Spark's own daemon.
 
 Why: pyarrow's first question (``pa.array``) imports pandas when it is installed, and the
 segment reader's and the decoding task's workers each paid ~0.2 s for it on the path of a
-short run's first batch. The CLI's session runs only offsetlake's code, so
+short run's first batch, and each worker imported the decoder again (~0.45 s; forked from
+``pipelines.spark_daemon`` it starts with them). The CLI's session runs only offsetlake's
+code, so
 ``spark_session(own_workers=True)`` tells the JVM it launches; a session a user builds (or
 reuses) is left alone, since their own pandas UDFs may run in the same workers.
 
@@ -13,6 +16,7 @@ Each case is a fresh process that starts a real local Spark, as the CLI does.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -24,7 +28,10 @@ from pipelines.spark import spark_session
 from pipelines.without_pandas import WORKERS_WITHOUT_PANDAS
 
 def task(batches):
-    import importlib, sys
+    import importlib, os, sys
+    preloaded = "pipelines.history.parts" in sys.modules  # before this task imports anything
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:
+        daemon = fh.read().split(b"\\0")[2].decode()  # python -m <daemon module> <worker module>
     import pipelines  # as unpickling any of offsetlake's task code does, first
     import pyarrow as pa
     values = pa.array([1, 2, 3], pa.int64())  # pyarrow's first question, as the decoder asks it
@@ -36,19 +43,23 @@ def task(batches):
     for b in batches:
         yield pa.RecordBatch.from_pydict({"pandas_loaded": ["pandas" in sys.modules],
                                           "pandas_importable": [importable],
-                                          "sum": [sum(values.to_pylist())]})
+                                          "sum": [sum(values.to_pylist())],
+                                          "preloaded": [preloaded], "daemon": [daemon],
+                                          "blas_threads": [os.environ.get("OPENBLAS_NUM_THREADS")]})
 
 spark = spark_session("probe", master="local[1]", own_workers=sys.argv[1] == "own")
 row = spark.range(1, numPartitions=1).mapInArrow(
-    task, "pandas_loaded boolean, pandas_importable boolean, sum long").collect()[0]
+    task, "pandas_loaded boolean, pandas_importable boolean, sum long, preloaded boolean, daemon string, "
+          "blas_threads string").collect()[0]
 print(json.dumps({"worker": row.asDict(), "driver_env": WORKERS_WITHOUT_PANDAS in os.environ,
                   "driver_pandas_importable": __import__("importlib").util.find_spec("pandas") is not None}))
 spark.stop()
 """
 
 
-def _probe(how: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", _PROBE, how], capture_output=True, text=True, timeout=300)
+def _probe(how: str, env: dict[str, str] | None = None) -> dict:
+    done = subprocess.run([sys.executable, "-c", _PROBE, how], capture_output=True, text=True, timeout=300,
+                          env=None if env is None else {**os.environ, **env})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -60,8 +71,23 @@ def test_only_the_clis_own_session_runs_its_workers_without_pandas(how: str) -> 
     if how == "own":
         assert seen["worker"]["pandas_loaded"] is False
         assert seen["worker"]["pandas_importable"] is False
+        assert seen["worker"]["daemon"] == "pipelines.spark_daemon"
+        assert seen["worker"]["preloaded"] is True
+        assert seen["worker"]["blas_threads"] == "1"
     else:
         assert seen["worker"]["pandas_importable"] is True
+        assert seen["worker"]["daemon"] == "pyspark.daemon"
+        assert seen["worker"]["preloaded"] is False
     # the flag reaches only the JVM launched for the session, never this process' own children
     assert seen["driver_env"] is False
     assert seen["driver_pandas_importable"] is True
+
+
+def test_a_daemon_module_the_user_chose_stands() -> None:
+    """``spark.python.daemon.module`` given by the user (here through spark-submit's
+    arguments) is theirs: the CLI's session keeps it, and its workers still run without
+    pandas."""
+    seen = _probe("own", {"PYSPARK_SUBMIT_ARGS": "--conf spark.python.daemon.module=pyspark.daemon pyspark-shell"})
+    assert seen["worker"]["daemon"] == "pyspark.daemon"
+    assert seen["worker"]["preloaded"] is False
+    assert seen["worker"]["pandas_loaded"] is False
