@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 #: this module's name, as Spark's ``spark.python.daemon.module`` names it
 DAEMON_MODULE = "pipelines.spark_daemon"
@@ -32,8 +33,12 @@ def main() -> None:
 
     if os.environ.get(WORKERS_WITHOUT_PANDAS) == "1":
         block_pandas()
-    for module in TASK_MODULES:
-        importlib.import_module(module)
+    try:
+        for module in TASK_MODULES:
+            importlib.import_module(module)
+    except Exception as exc:  # each task imports them again and fails with its own traceback
+        print(f"offsetlake: the task daemon could not import {module} ahead ({exc!r}); "
+              "its workers import it themselves", file=sys.stderr)
     from pyspark.daemon import manager
 
     manager()

@@ -91,3 +91,24 @@ def test_a_daemon_module_the_user_chose_stands() -> None:
     assert seen["worker"]["daemon"] == "pyspark.daemon"
     assert seen["worker"]["preloaded"] is False
     assert seen["worker"]["pandas_loaded"] is False
+
+
+def test_the_daemon_serves_even_when_an_import_ahead_fails(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A module the daemon cannot import ahead does not stop it: it says so on its standard
+    error (Spark's log) and serves its workers, whose tasks import the module themselves and
+    fail with their own traceback, as without the daemon."""
+    import pyspark.daemon
+
+    from pipelines import spark_daemon, spark_workers
+    from pipelines.without_pandas import WORKERS_WITHOUT_PANDAS
+
+    served: list[bool] = []
+    monkeypatch.setattr(spark_workers, "TASK_MODULES", ("pipelines.no_such_module",))
+    monkeypatch.setattr(pyspark.daemon, "manager", lambda: served.append(True))
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")  # the user's setting stands
+    monkeypatch.delenv(WORKERS_WITHOUT_PANDAS, raising=False)  # this process keeps its pandas
+    spark_daemon.main()
+    assert served == [True]
+    assert "could not import pipelines.no_such_module ahead" in capsys.readouterr().err
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "4"
