@@ -205,7 +205,7 @@ class _Listing:
         of its type precede it: a member's scope closed by a tombstone starts again after
         it. Returns each scoped event's record."""
         span = len(kind) + 1
-        stype = np.select([kind[scoped] == 2, kind[scoped] == 8], [0, 1], 2)
+        stype = np.searchsorted(np.array(list(_SCOPED)), kind[scoped])  # its index in _TYPES
         deleting = np.flatnonzero(tomb & np.isin(kind, (3, 17)))
         dtype = np.where(kind[deleting] == 3, 1, 2)
         before = np.sort((group[deleting] * 3 + dtype) * span + deleting)
@@ -534,7 +534,8 @@ class _Runs:
 
 #: the record types that are records of a scope, and the group type of their scopes
 _SCOPED = {2: "classic", 8: "consumer", 22: "streams"}
-_TYPES = ("classic", "consumer", "streams")
+#: the scopes' group types, numbered as ``_Listing._event_records`` numbers them
+_TYPES = tuple(_SCOPED.values())
 
 
 def _ordinals(at_scope: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
