@@ -179,6 +179,9 @@ def test_sequence_kinds_on_any_split(tmp_path: Path) -> None:
         rows = {r["kind"]: r for r in table_rows(lake, "offset_anomalies")}
         assert rows["offset_rewind"]["previous_offset"] == 12
         assert rows["leader_epoch_regression"]["previous_leader_epoch"] == 5
+        # where the previous commit lies (log offsets 1 and 0), in this batch or an earlier one
+        assert rows["offset_rewind"]["previous_position"] == 1, cuts
+        assert rows["leader_epoch_regression"]["previous_position"] == 0, cuts
         recreated = rows["commit_after_group_deleted"]
         assert (recreated["committed_offset"], recreated["offset"], recreated["attribution"]) == \
             (7, 8, "no_membership")

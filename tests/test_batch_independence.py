@@ -31,7 +31,8 @@ from tests.conftest import corpus_path, table_rows
 
 TABLES = ("offsets_raw", "offset_commits", "group_metadata", "committed_offsets",
           "group_records_latest", "consumer_groups", "group_members", "group_generations",
-          "topic_names")
+          "topic_names", "commit_attribution", "offset_anomalies", "offset_audit_cursor",
+          "ownership_last_ended")
 
 
 def partitions_of(data: Path) -> list[pa.Table]:

@@ -99,7 +99,7 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
     it; an offset tombstone forgets the key's previous offset and epoch.
     """
     key_cols = ["cluster_id", "group_id", "topic", "partition"]
-    rows, prior = _after_cursor(cursor, commits)
+    rows, prior, prior_position = _after_cursor(cursor, commits)
     real = np.r_[np.zeros(prior, bool), np.ones(commits.num_rows, bool)]
     out: list[dict[str, Any]] = []
     new_cursor: list[dict[str, Any]] = []
@@ -108,6 +108,9 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
         kid = key_ids([rows.column(c) for c in key_cols])[0]
         pos = rows.column("offset").to_numpy().astype(np.int64)
         order = _by_key_and_position(kid, pos)
+        # where each row's record lies: the cursor's rows (sorted first at -1) at the position
+        # it kept, so a previous commit in an earlier batch is named as in the same batch
+        where = np.r_[prior_position, pos[prior:]][order]
         k, pos, real_o = kid[order], pos[order], real[order]
         off = pc.fill_null(rows.column("committed_offset"), -1).to_numpy().astype(np.int64)[order]
         tomb = rows.column("is_tombstone").to_numpy(zero_copy_only=False)[order]
@@ -137,7 +140,7 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
                 c.update(attribution=w, member_id=m)
                 ev = {"previous_offset": int(prev[at]) if has_prev[at] else None,
                       "previous_leader_epoch": None if np.isnan(prev_epoch[at]) else int(prev_epoch[at]),
-                      "previous_position": int(pos[at - 1]) if has_prev[at] and pos[at - 1] >= 0 else None}
+                      "previous_position": int(where[at - 1]) if has_prev[at] and where[at - 1] >= 0 else None}
                 if rewind[at]:
                     out.append(anomaly_row("offset_rewind", c, now, "ingest", **ev))
                 if regress[at]:
@@ -154,11 +157,12 @@ def sequence_anomalies(commits: pa.Table, events: list[tuple[str, str, Any]],
     return out, new_cursor
 
 
-def _after_cursor(cursor: list[dict[str, Any]], commits: pa.Table) -> tuple[pa.Table, int]:
+def _after_cursor(cursor: list[dict[str, Any]], commits: pa.Table) -> tuple[pa.Table, int, np.ndarray]:
     """The cursor's last commit per key as rows at position -1, then the batch's commits, in
-    the batch's types (its strings may be dictionaries, which key_ids takes as they are); and
-    how many rows the cursor gave."""
+    the batch's types (its strings may be dictionaries, which key_ids takes as they are);
+    how many rows the cursor gave, and the positions it kept for them (-1: none kept)."""
     prior = [r for r in cursor if r["partition"] >= 0 and r["last_offset"] is not None]
+    kept = np.array([-1 if r.get("last_position") is None else r["last_position"] for r in prior], np.int64)
     seed = pa.table({
         "cluster_id": pa.array([r["cluster_id"] for r in prior], pa.string()),
         "group_id": pa.array([r["group_id"] for r in prior], pa.string()),
@@ -172,7 +176,7 @@ def _after_cursor(cursor: list[dict[str, Any]], commits: pa.Table) -> tuple[pa.T
     body = commits.select(list(seed.column_names))
     body = body.cast(pa.schema([f.with_type(b.type) if pa.types.is_dictionary(b.type) else f
                                 for f, b in zip(seed.schema, body.schema, strict=True)]))
-    return pa.concat_tables([seed.cast(body.schema), body]), len(prior)
+    return pa.concat_tables([seed.cast(body.schema), body]), len(prior), kept
 
 
 def _by_key_and_position(kid: np.ndarray, pos: np.ndarray) -> np.ndarray:
