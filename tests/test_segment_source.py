@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from pipelines.demo import generate_cluster
+from pipelines.sources.batching import even_budget
 from pipelines.sources.raw import (
     DEFERRED_COLUMN,
     INDEX_ARROW_SCHEMA,
@@ -55,11 +56,29 @@ def test_an_index_cut_at_an_offset_keeps_exactly_the_offsets_below_it() -> None:
 
 def test_plan_bounds_the_batch_and_shares_it_fairly() -> None:
     indexes = {"a": _idx(list(range(0, 100, 2))), "b": _idx([7, 8])}  # a: 50 records with gaps
+    # 52 records at most 10 a batch: six batches, of 9, 9, 9, 9, 8 and 8 records
     end = plan_end_offsets(indexes, {}, 10)
     assert end["b"] == 9  # the small partition gets all of its backlog
-    assert end["a"] == 16  # offsets 0..14: the 8 records left of the budget
+    assert end["a"] == 14  # offsets 0..12: the 7 records left of the batch's 9
     resumed = plan_end_offsets(indexes, end, 10)
-    assert resumed["a"] == 36 and resumed["b"] == 9  # the next 10 records of a, nothing new in b
+    assert resumed["a"] == 32 and resumed["b"] == 9  # the next 9 records of a, nothing new in b
+    sizes, start = [], end
+    while (nxt := plan_end_offsets(indexes, start, 10)) != start:
+        sizes.append(sum(int(((i.offsets >= start[k]) & (i.offsets < nxt[k])).sum()) for k, i in indexes.items()))
+        start = nxt
+    assert sizes == [9, 9, 9, 8, 8] and start == {"a": 99, "b": 9}
+
+
+@pytest.mark.parametrize(("backlog", "most", "want"), [
+    (2_039_514, 1_000_000, 679_838),  # the group-heavy history: three batches, not 1M, 1M, 40k
+    (3_000_000, 1_000_000, 1_000_000),  # a multiple: full batches
+    (1_000_001, 1_000_000, 500_001),
+    (999_999, 1_000_000, 1_000_000),  # one batch holds it: the bound stands
+    (0, 500, 500),
+    (19_914, 500, 498),  # 40 batches, as at 500 each
+])
+def test_even_budget_keeps_the_batch_count_and_evens_the_sizes(backlog: int, most: int, want: int) -> None:
+    assert even_budget(backlog, most) == want
 
 
 # ----------------------------------------------------------------------------- reading planned byte regions

@@ -117,7 +117,9 @@ def add_ingest_parser(sub: argparse._SubParsersAction) -> None:
                         "such as '30 seconds' to run continuously")
     p.add_argument("--max-records-per-batch", type=int,
                    default=int(env("MAX_RECORDS_PER_BATCH", str(DEFAULT_MAX_RECORDS_PER_BATCH))),
-                   help=f"bound on records per micro-batch (default {DEFAULT_MAX_RECORDS_PER_BATCH})")
+                   help=f"most records per micro-batch (default {DEFAULT_MAX_RECORDS_PER_BATCH}; env "
+                        "OFFSETLAKE_MAX_RECORDS_PER_BATCH); segment files: a backlog is cut into as "
+                        "many batches as that needs, evenly sized")
     add_kafka_args(p)
     p.add_argument("--allow-data-loss", action="store_true",
                    default=flag_env("ALLOW_DATA_LOSS"),

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.model import distinct_sorted, kept_rows
-from pipelines.sources.batching import spread_budget
+from pipelines.sources.batching import even_budget, spread_budget
 from pipelines.sources.raw import INDEX_ARROW_SCHEMA, RAW_ARROW_SCHEMA, SPARK_RAW_SCHEMA
 from pipelines.sources.record_batches.arrow_reader import (
     bytes_to_arrow,
@@ -436,12 +436,13 @@ def _build_index(plog: PartitionLog, sig: tuple, cache: SegmentIndexCache | None
 def plan_end_offsets(
     indexes: dict[str, PartitionIndex], start: dict[str, int], max_rows: int | None
 ) -> dict[str, int]:
-    """End offsets (exclusive) per partition, taking at most ``max_rows`` records in total."""
+    """End offsets (exclusive) per partition, taking at most ``max_rows`` records in total:
+    the backlog's share of a run of evenly sized micro-batches (:func:`even_budget`)."""
     end = dict(start)
     first = {key: int(np.searchsorted(idx.offsets, start.get(key, 0), side="left"))
              for key, idx in indexes.items()}
     backlog = {key: len(idx.offsets) - first[key] for key, idx in indexes.items()}
-    grants = backlog if max_rows is None else spread_budget(backlog, max_rows)
+    grants = backlog if max_rows is None else spread_budget(backlog, even_budget(sum(backlog.values()), max_rows))
     for key, take in grants.items():
         if take <= 0:
             continue
