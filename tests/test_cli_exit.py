@@ -1,15 +1,20 @@
 """The CLI's exit after a Spark command (pipelines.cli.run): the driver's accumulator server is
 let go instead of waited for (its handler polls once a second), and nothing of it stays behind.
 The whole path, a real ingest process ending with status 0 and nothing but its summary, is
-tests/test_quiet.py::test_ingest_prints_only_its_summary."""
+tests/test_quiet.py::test_ingest_prints_only_its_summary. Before the command, run() gives BLAS one
+thread unless the user chose (a fresh process: numpy must not be imported before that)."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from pyspark.accumulators import _start_update_server
 
 from pipelines.cli import _release_accumulator_server
@@ -47,3 +52,41 @@ def test_a_context_without_a_server_is_left_alone() -> None:
     context = SimpleNamespace(_accumulatorServer=None)
     _release_accumulator_server(context)
     assert context._accumulatorServer is None
+
+
+REPO = Path(__file__).resolve().parents[1]
+# run() ends the process with os._exit: the probe's main records what the command would see
+_BLAS_PROBE = """
+import json, os, sys
+import pipelines.cli as cli
+seen = {"numpy_imported_by_the_cli_module": "numpy" in sys.modules}
+def main(argv, standalone=False):
+    seen["blas_threads"] = os.environ.get("OPENBLAS_NUM_THREADS")
+    seen["numpy_imported_before_the_command"] = "numpy" in sys.modules
+    return 0
+cli.main = main
+real_exit = os._exit
+def report(code):
+    sys.stdout.write(json.dumps(seen))
+    sys.stdout.flush()
+    real_exit(code)
+os._exit = report
+cli.run(["decode", "--stats", "."])
+"""
+
+
+@pytest.mark.parametrize(("user", "expected"), [(None, "1"), ("4", "4")])
+def test_run_gives_blas_one_thread_before_numpy_unless_the_user_chose(user: str | None,
+                                                                      expected: str) -> None:
+    """numpy's OpenBLAS starts a thread per core at import that spins ~0.1 s of CPU; the
+    setting reaches the command and the local JVM's Python processes only if it is made
+    before numpy's first import."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env["PYTHONPATH"] = str(REPO)
+    if user is not None:
+        env["OPENBLAS_NUM_THREADS"] = user
+    proc = subprocess.run([sys.executable, "-c", _BLAS_PROBE], capture_output=True, env=env,
+                          cwd=REPO, timeout=120, check=True)
+    assert json.loads(proc.stdout) == {"numpy_imported_by_the_cli_module": False,
+                                       "blas_threads": expected,
+                                       "numpy_imported_before_the_command": False}

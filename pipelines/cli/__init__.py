@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from pipelines import redaction
-from pipelines.arrow_memory import use_offsetlake_pool
 from pipelines.cli.common import UserError, check_schemas
 from pipelines.cli.parser import build_parser
 
@@ -40,6 +39,8 @@ def main(argv: Sequence[str] | None = None, standalone: bool = False) -> int:
         os.environ.setdefault("OFFSETLAKE_SPARK_LOG_LEVEL", "WARN")
         os.environ.setdefault("OFFSETLAKE_SPARK_QUIET", "false")
     try:
+        from pipelines.arrow_memory import use_offsetlake_pool  # pyarrow: not for --help
+
         check_schemas()
         use_offsetlake_pool()
         return args.func(args)
@@ -108,7 +109,14 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
     exception": apache/arrow#34314, delta-io/delta-rs#2184; seen here about one run in
     ten). So Spark is stopped, output flushed, and the process leaves with the command's
     real status without that teardown.
+
+    The process is offsetlake's, so BLAS gets one thread unless the user set
+    ``OPENBLAS_NUM_THREADS``, before numpy's first import: nothing here calls BLAS, and
+    numpy's OpenBLAS otherwise starts a thread per core that spins ~0.1 s of CPU after the
+    import, in this process and in each Python process the local JVM starts (which inherit
+    the setting): Spark's data-source, streaming and planning helpers.
     """
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     code = main(argv, standalone=True)
     if "pyspark" in sys.modules:
         from pyspark.sql import SparkSession
