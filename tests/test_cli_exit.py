@@ -2,7 +2,8 @@
 let go instead of waited for (its handler polls once a second), and nothing of it stays behind.
 The whole path, a real ingest process ending with status 0 and nothing but its summary, is
 tests/test_quiet.py::test_ingest_prints_only_its_summary. Before the command, run() gives BLAS one
-thread unless the user chose (a fresh process: numpy must not be imported before that)."""
+thread unless the user chose (a fresh process: numpy must not be imported before that), and
+``ingest`` launches its JVM before pyarrow loads pandas."""
 
 from __future__ import annotations
 
@@ -90,3 +91,19 @@ def test_run_gives_blas_one_thread_before_numpy_unless_the_user_chose(user: str 
     assert json.loads(proc.stdout) == {"numpy_imported_by_the_cli_module": False,
                                        "blas_threads": expected,
                                        "numpy_imported_before_the_command": False}
+
+
+def test_the_ingest_command_starts_its_jvm_before_pyarrow_loads_pandas() -> None:
+    """pyarrow's first ``pa.array`` imports pandas (~0.2 s; pyspark's ``mapInArrow`` needs
+    it later): the modules ``offsetlake ingest`` loads before it launches its JVM must not
+    ask, so that the import happens beside the JVM's start, not before it."""
+    probe = ("import sys\n"
+             "import pipelines.cli\n"
+             "from pipelines.cli.common import check_schemas\n"
+             "from pipelines.arrow_memory import use_offsetlake_pool\n"
+             "check_schemas(); use_offsetlake_pool()\n"
+             "import pipelines.cli.ingest, pipelines.ingest, pipelines.spark\n"
+             "print('pandas' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120, check=True)
+    assert proc.stdout.strip() == "False"

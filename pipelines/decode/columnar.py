@@ -100,7 +100,6 @@ _B64 = np.frombuffer(
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", dtype=np.uint8
 )
 _STATUS_CODE = {s: i for i, s in enumerate(STATUSES)}
-_STATUS_DICT = pa.array(STATUSES, pa.string())
 
 _NUMERIC = {
     "record_type": np.int16,
@@ -438,7 +437,9 @@ def _decode_chunk(
                                    for name, (values_, valid) in num.items()}
     arrays.update(strings)
     arrays["is_tombstone"] = pa.array(~v.valid & ~ctrl, type=pa.bool_())
-    arrays["decode_status"] = _STATUS_DICT.take(pa.array(status, mask=status < 0))
+    # built here, not at import: pyarrow's first pa.array imports pandas, which the ingest
+    # command would then load before it starts its JVM (pipelines.spark imports it meanwhile)
+    arrays["decode_status"] = pa.array(STATUSES, pa.string()).take(pa.array(status, mask=status < 0))
     if log.isEnabledFor(logging.DEBUG):
         log.debug("decoded %d rows: %d fast, %d per row, %d deferred, %d control", n,
                   int(key_rows.sum()), len(rows), int(deferred.sum()), int(ctrl.sum()))
