@@ -438,7 +438,7 @@ def _decode_chunk(
     arrays.update(strings)
     arrays["is_tombstone"] = pa.array(~v.valid & ~ctrl, type=pa.bool_())
     # built here, not at import: pyarrow's first pa.array imports pandas, which the ingest
-    # command would then load before it starts its JVM (pipelines.spark imports it meanwhile)
+    # command would then load before it starts its JVM, not beside the JVM's start
     arrays["decode_status"] = pa.array(STATUSES, pa.string()).take(pa.array(status, mask=status < 0))
     if log.isEnabledFor(logging.DEBUG):
         log.debug("decoded %d rows: %d fast, %d per row, %d deferred, %d control", n,
