@@ -111,6 +111,7 @@ class DeltaRsEngine:
         # a micro-batch asks "committed?" and then writes, per table. Tables are never
         # dropped, so a table seen to exist is not probed again.
         self._tables: dict[str, object] = {}
+        self._existing: set[str] = set()  # tables a probe found, not opened yet
         # per table, the last batch committed through commit_files: (app_id, version, files)
         self._own_batch: dict[str, tuple[str, int, tuple[str, ...]]] = {}
         self._laid_out: set[str] = set()  # partitioned tables whose layout was checked
@@ -131,11 +132,14 @@ class DeltaRsEngine:
         return opened
 
     def exists(self, table: str) -> bool:
-        if table in self._tables:
+        if table in self._tables or table in self._existing:
             return True
         from deltalake import DeltaTable
 
-        return DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options)
+        if DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options):
+            self._existing.add(table)
+            return True
+        return False
 
     def ensure(self, contract: TableContract) -> None:
         if self.exists(contract.name):
