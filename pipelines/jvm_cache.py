@@ -11,6 +11,13 @@ a truncated archive, so a partial one is never used. One process at a time write
 file); the others just run without. Where the machine ends with the run (a container per
 task), the archive is simply never published and nothing is lost.
 
+The JVM maps an archive only for the class path it was written with: every jar's path, size
+and modification time. One it refuses, it ignores without a word and starts ~3 s slower (the
+real workload of ``benchmarks/real_workload.py``: 8.1-8.5 s against 5.0-5.7 s), so the key
+holds all of these (another installation of the same Spark, a reinstall, is another key), and
+an archive the JVM did not map after all is removed, for the next run to write one it maps.
+An archive not mapped for ``UNUSED_DAYS`` is removed when another is written.
+
 ``OFFSETLAKE_JVM_CACHE``: ``off`` disables it, a directory moves it (default
 ``$XDG_CACHE_HOME/offsetlake/jvm`` or ``~/.cache/offsetlake/jvm``; an archive is ~150 MB).
 Never used for a JVM the user started or configured (``SPARK_SUBMIT_OPTS``, spark-submit),
@@ -31,7 +38,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +48,8 @@ CACHE_ENV = "OFFSETLAKE_JVM_CACHE"
 OFF = ("off", "false", "0", "no", "none")
 #: a lock or temporary archive older than this was left by a process that died
 STALE_SECONDS = 3600
+#: an archive no JVM mapped for this long (a removed installation, an old Spark) is removed
+UNUSED_DAYS = 30
 #: JVM log settings with an archive: its warnings (a mismatched archive is simply not used)
 #: go to stderr and CDS' own are dropped, so nothing reaches the command's stdout
 QUIET_CDS_LOG = "-Xlog:disable -Xlog:all=warning:stderr -Xlog:cds*=error:stderr"
@@ -83,22 +92,25 @@ def _java(env: Mapping[str, str]) -> Path | None:
 
 
 def fingerprint(env: Mapping[str, str], spark_home: Path, extra: str = "") -> str | None:
-    """A key for the archive: the Java binary, Spark's jars and the class-path settings
-    (None when there is no java to key on). The JVM checks the class path itself too."""
+    """A key for the archive: the Java binary, the JVM options, the class-path settings and
+    what the JVM checks of each of Spark's jars (its path, size and modification time), so a
+    second installation of the same Spark or a reinstall gets an archive of its own instead
+    of one its JVM refuses (None when there is no java to key on)."""
     java = _java(env)
     jars = spark_home / "jars"
     if java is None or not jars.is_dir():
         return None
     real = java.resolve()
-    parts = [str(real), str(real.stat().st_size), str(real.stat().st_mtime_ns), extra]
+    parts = [str(real), str(real.stat().st_size), str(real.stat().st_mtime_ns), extra, str(jars)]
     parts += [f"{k}={env.get(k, '')}" for k in CLASSPATH_ENV]
-    parts += sorted(f"{p.name}:{p.stat().st_size}" for p in jars.iterdir())
+    stats = ((p.name, p.stat()) for p in jars.iterdir())
+    parts += sorted(f"{name}:{st.st_size}:{st.st_mtime_ns}" for name, st in stats)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
-def _stale(path: Path) -> bool:
+def _stale(path: Path, seconds: float = STALE_SECONDS) -> bool:
     try:
-        return time.time() - path.stat().st_mtime > STALE_SECONDS
+        return time.time() - path.stat().st_mtime > seconds
     except FileNotFoundError:
         return False
 
@@ -142,6 +154,9 @@ def plan(env: Mapping[str, str], spark_home: Path, extra: str = "",
     for old in directory.glob(f"spark-{key}.*.tmp"):
         if _stale(old):
             old.unlink(missing_ok=True)
+    for unused in directory.glob("spark-*.jsa"):  # a mapped one was touched (``started``)
+        if _stale(unused, UNUSED_DAYS * 86400):
+            unused.unlink(missing_ok=True)
     return ArchivePlan(archive, writing=directory / f"spark-{key}.{os.getpid()}.tmp", lock=lock)
 
 
@@ -202,10 +217,14 @@ def _forward(read_end: int, fd: int) -> None:
 
 
 def started(archive_plan: ArchivePlan | None, gateway_process) -> None:
-    """Remember a JVM that writes an archive at exit, with its command line (to check the
+    """Check that a JVM given an archive to map did map it (:func:`_mapped_or_dropped`).
+    Remember a JVM that writes an archive at exit, with its command line (to check the
     archive against), for :func:`finish`; without a command line there is nothing to
     check it with, and the archive is given up."""
-    if archive_plan is None or archive_plan.writing is None or gateway_process is None:
+    if archive_plan is None or gateway_process is None:
+        return
+    if archive_plan.writing is None:
+        _mapped_or_dropped(archive_plan.archive, gateway_process.pid)
         return
     try:  # spark-submit execs the JVM: the gateway process is the JVM itself
         with open(f"/proc/{gateway_process.pid}/cmdline", "rb") as fh:
@@ -216,6 +235,28 @@ def started(archive_plan: ArchivePlan | None, gateway_process) -> None:
     if not _pending:
         atexit.register(finish)
     _pending.append((archive_plan, gateway_process, command))
+
+
+def _mapped_or_dropped(archive: Path, pid: int) -> bool:
+    """Whether the JVM ``pid`` maps ``archive`` (its memory map names the file): if so the
+    archive's modification time records the use; if not, the JVM refused it (written for
+    another class path or Java) and ran without it, as every later JVM would, and it is
+    removed so that the next run writes one this JVM maps. Without ``/proc`` (not Linux)
+    there is nothing to check with, and the archive stays."""
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            maps = fh.read()
+    except OSError:
+        return True
+    if os.path.realpath(archive) in maps:
+        with suppress(OSError):  # another user's cache: it stays as it is
+            os.utime(archive)
+        return True
+    with suppress(OSError):
+        archive.unlink(missing_ok=True)
+    log.info("the JVM did not map the class archive %s (made for another installation of Spark "
+             "or another Java); removed, the next run writes one for this JVM", archive)
+    return False
 
 
 def finish() -> None:

@@ -5,6 +5,7 @@ and Spark's Python processes importing the installed pyspark rather than its sou
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import time
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -68,6 +70,52 @@ def test_the_key_follows_java_and_spark_jars_and_off_disables(tmp_path, spark_ho
     assert jvm_cache.fingerprint({**env, "JAVA_HOME": str(tmp_path / "nojava")}, spark_home) is None
     for off in ("off", "OFF", "false", "0"):
         assert jvm_cache.plan({**env, jvm_cache.CACHE_ENV: off}, spark_home) is None
+
+
+def test_the_key_follows_where_the_jars_are_and_when_they_were_written(tmp_path, spark_home) -> None:
+    """The JVM maps an archive only for the jars it was written with (path, size and time);
+    one it refuses it ignores without a word, ~3 s slower at every start. A second
+    installation of the same Spark (another virtualenv, a CI checkout beside a working one)
+    and a reinstall of the same files each get a key of their own."""
+    env = _env(tmp_path)
+    key = jvm_cache.fingerprint(env, spark_home)
+    elsewhere = tmp_path / "other-venv" / "spark"
+    shutil.copytree(spark_home, elsewhere)  # the same names, sizes and times; another path
+    assert jvm_cache.fingerprint(env, elsewhere) != key
+    jar = spark_home / "jars" / "spark-core.jar"
+    written = jar.stat()
+    os.utime(jar, ns=(written.st_atime_ns, written.st_mtime_ns + 1_000_000_000))  # reinstalled
+    assert jar.read_bytes() == b"jar" and jvm_cache.fingerprint(env, spark_home) != key
+
+
+def test_an_archive_the_jvm_did_not_map_is_removed_and_a_mapped_one_is_kept(tmp_path, spark_home) -> None:
+    env = _env(tmp_path)
+    jvm_cache.abandon(first := jvm_cache.plan(env, spark_home))
+    first.archive.write_bytes(b"archive" * 1024)
+    mapping = jvm_cache.plan(env, spark_home)
+    assert mapping.writing is None
+    long_ago = time.time() - 7 * 86400
+    os.utime(mapping.archive, (long_ago, long_ago))
+    jvm = SimpleNamespace(pid=os.getpid())  # this process stands for the JVM: its memory map
+    with mapping.archive.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ):
+        jvm_cache.started(mapping, jvm)  # mapped, as a JVM that uses the archive maps it
+    assert mapping.archive.is_file() and mapping.archive.stat().st_mtime > long_ago + 86400
+    jvm_cache.started(mapping, jvm)  # not mapped: the JVM refused it
+    assert not mapping.archive.exists()
+    assert jvm_cache.plan(env, spark_home).writing is not None  # the next run writes one again
+
+
+def test_an_archive_unused_for_a_month_is_removed_when_another_is_written(tmp_path, spark_home) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    unused, recent = cache / "spark-00000000000000000000.jsa", cache / "spark-11111111111111111111.jsa"
+    for archive in (unused, recent):
+        archive.write_bytes(b"archive")
+    long_ago = time.time() - (jvm_cache.UNUSED_DAYS + 1) * 86400
+    os.utime(unused, (long_ago, long_ago))
+    os.utime(recent, (long_ago + 2 * 86400, long_ago + 2 * 86400))
+    assert jvm_cache.plan(_env(tmp_path), spark_home).writing is not None
+    assert not unused.exists() and recent.is_file()
 
 
 def test_an_unwritable_cache_runs_without(tmp_path, spark_home) -> None:
@@ -137,14 +185,34 @@ def test_a_real_local_jvm_writes_the_archive_once_and_the_next_one_maps_it(tmp_p
     assert not list(cache.glob("*.tmp")) and not list(cache.glob("*.lock"))
     assert not list(cache.glob("*.json"))
 
+    published = archives[0].stat().st_mtime
+    time.sleep(1.1)
     second = probe()
     assert f"-XX:SharedArchiveFile={archives[0]}" in second["args"]
     assert str(archives[0]) in second["mapped"]  # the JVM really maps Spark's classes from it
+    assert archives[0].stat().st_mtime > published  # its use is recorded
     # the workers run this interpreter through the launcher and import the installed pyspark
     assert second["python"] == spark_python.launcher()
     assert ".zip" not in second["worker_pyspark"] and second["worker_pyspark"].endswith(".py")
     # and without Spark's core jar (no Python in it) first on its path
     assert first["worker_jars"] == second["worker_jars"] == []
+
+    # an archive written for another class path (here: a copy of Spark's launcher jar
+    # elsewhere, as another installation of Spark) is refused by the JVM without a word;
+    # the run goes on without it and removes it, for the next run to write one it maps
+    archives[0].unlink()
+    import pyspark
+
+    launcher_jar = next((Path(pyspark.__file__).parent / "jars").glob("spark-launcher_*.jar"))
+    elsewhere = shutil.copy(launcher_jar, tmp_path)
+    java = shutil.which("java", path=run_env.get("PATH"))
+    subprocess.run([java, f"-XX:ArchiveClassesAtExit={archives[0]}", "-Xlog:disable", "-cp", elsewhere,
+                    "org.apache.spark.launcher.Main"], capture_output=True, timeout=120)  # exits 1: no args
+    assert archives[0].stat().st_size > 0
+    third = probe()
+    assert f"-XX:SharedArchiveFile={archives[0]}" in third["args"]
+    assert str(archives[0]) not in third["mapped"]
+    assert not archives[0].exists()
 
 
 def test_a_class_path_directory_with_files_runs_without(tmp_path, spark_home) -> None:
