@@ -156,7 +156,8 @@ def plan(env: Mapping[str, str], spark_home: Path, extra: str = "",
             old.unlink(missing_ok=True)
     for unused in directory.glob("spark-*.jsa"):  # a mapped one was touched (``started``)
         if _stale(unused, UNUSED_DAYS * 86400):
-            unused.unlink(missing_ok=True)
+            with suppress(OSError):  # another user's: theirs to remove
+                unused.unlink(missing_ok=True)
     return ArchivePlan(archive, writing=directory / f"spark-{key}.{os.getpid()}.tmp", lock=lock)
 
 
@@ -241,12 +242,17 @@ def _mapped_or_dropped(archive: Path, pid: int) -> bool:
     """Whether the JVM ``pid`` maps ``archive`` (its memory map names the file): if so the
     archive's modification time records the use; if not, the JVM refused it (written for
     another class path or Java) and ran without it, as every later JVM would, and it is
-    removed so that the next run writes one this JVM maps. Without ``/proc`` (not Linux)
-    there is nothing to check with, and the archive stays."""
+    removed so that the next run writes one this JVM maps. Without ``/proc`` (not Linux), or
+    when ``pid`` is not the JVM given the archive (a launcher that did not exec it), there is
+    nothing to judge by, and the archive stays."""
     try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            given = f"-XX:SharedArchiveFile={archive}".encode() in fh.read().split(b"\0")
         with open(f"/proc/{pid}/maps") as fh:
             maps = fh.read()
     except OSError:
+        return True
+    if not given:
         return True
     if os.path.realpath(archive) in maps:
         with suppress(OSError):  # another user's cache: it stays as it is

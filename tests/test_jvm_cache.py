@@ -5,13 +5,13 @@ and Spark's Python processes importing the installed pyspark rather than its sou
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import shutil
 import subprocess
 import sys
 import time
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -88,6 +88,31 @@ def test_the_key_follows_where_the_jars_are_and_when_they_were_written(tmp_path,
     assert jar.read_bytes() == b"jar" and jvm_cache.fingerprint(env, spark_home) != key
 
 
+_STAND_IN_JVM = """
+import mmap, sys, time
+if sys.argv[1] == "maps":
+    fh = open(sys.argv[2], "rb")
+    kept = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@contextmanager
+def _stand_in_jvm(archive: Path, maps_it: bool, given: bool = True):
+    """A process standing for the JVM: given the archive on its command line (or not),
+    mapping it (or not)."""
+    option = f"-XX:SharedArchiveFile={archive}" if given else "-XX:+UseG1GC"
+    process = subprocess.Popen([sys.executable, "-c", _STAND_IN_JVM, "maps" if maps_it else "not",
+                                str(archive), option], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        yield SimpleNamespace(pid=process.pid)
+    finally:
+        process.kill()
+        process.wait()
+
+
 def test_an_archive_the_jvm_did_not_map_is_removed_and_a_mapped_one_is_kept(tmp_path, spark_home) -> None:
     env = _env(tmp_path)
     jvm_cache.abandon(first := jvm_cache.plan(env, spark_home))
@@ -96,11 +121,14 @@ def test_an_archive_the_jvm_did_not_map_is_removed_and_a_mapped_one_is_kept(tmp_
     assert mapping.writing is None
     long_ago = time.time() - 7 * 86400
     os.utime(mapping.archive, (long_ago, long_ago))
-    jvm = SimpleNamespace(pid=os.getpid())  # this process stands for the JVM: its memory map
-    with mapping.archive.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ):
+    with _stand_in_jvm(mapping.archive, maps_it=True) as jvm:
         jvm_cache.started(mapping, jvm)  # mapped, as a JVM that uses the archive maps it
     assert mapping.archive.is_file() and mapping.archive.stat().st_mtime > long_ago + 86400
-    jvm_cache.started(mapping, jvm)  # not mapped: the JVM refused it
+    with _stand_in_jvm(mapping.archive, maps_it=False, given=False) as launcher:
+        jvm_cache.started(mapping, launcher)  # not the JVM given it: nothing to judge by
+    assert mapping.archive.is_file()
+    with _stand_in_jvm(mapping.archive, maps_it=False) as jvm:
+        jvm_cache.started(mapping, jvm)  # given it, not mapped: the JVM refused it
     assert not mapping.archive.exists()
     assert jvm_cache.plan(env, spark_home).writing is not None  # the next run writes one again
 
