@@ -218,14 +218,14 @@ def _forward(read_end: int, fd: int) -> None:
 
 
 def started(archive_plan: ArchivePlan | None, gateway_process) -> None:
-    """Check that a JVM given an archive to map did map it (:func:`_mapped_or_dropped`).
+    """Check that a JVM given an archive to map did map it (:func:`_keep_if_mapped`).
     Remember a JVM that writes an archive at exit, with its command line (to check the
     archive against), for :func:`finish`; without a command line there is nothing to
     check it with, and the archive is given up."""
     if archive_plan is None or gateway_process is None:
         return
     if archive_plan.writing is None:
-        _mapped_or_dropped(archive_plan.archive, gateway_process.pid)
+        _keep_if_mapped(archive_plan.archive, gateway_process.pid)
         return
     try:  # spark-submit execs the JVM: the gateway process is the JVM itself
         with open(f"/proc/{gateway_process.pid}/cmdline", "rb") as fh:
@@ -238,9 +238,9 @@ def started(archive_plan: ArchivePlan | None, gateway_process) -> None:
     _pending.append((archive_plan, gateway_process, command))
 
 
-def _mapped_or_dropped(archive: Path, pid: int) -> bool:
-    """Whether the JVM ``pid`` maps ``archive`` (its memory map names the file): if so the
-    archive's modification time records the use; if not, the JVM refused it (written for
+def _keep_if_mapped(archive: Path, pid: int) -> None:
+    """If the JVM ``pid`` maps ``archive`` (its memory map names the file), the archive's
+    modification time records the use; if not, the JVM refused it (written for
     another class path or Java) and ran without it, as every later JVM would, and it is
     removed so that the next run writes one this JVM maps. Without ``/proc`` (not Linux), or
     when ``pid`` is not the JVM given the archive (a launcher that did not exec it), there is
@@ -251,18 +251,17 @@ def _mapped_or_dropped(archive: Path, pid: int) -> bool:
         with open(f"/proc/{pid}/maps") as fh:
             maps = fh.read()
     except OSError:
-        return True
+        return
     if not given:
-        return True
+        return
     if os.path.realpath(archive) in maps:
         with suppress(OSError):  # another user's cache: it stays as it is
             os.utime(archive)
-        return True
+        return
     with suppress(OSError):
         archive.unlink(missing_ok=True)
     log.info("the JVM did not map the class archive %s (made for another installation of Spark "
              "or another Java); removed, the next run writes one for this JVM", archive)
-    return False
 
 
 def finish() -> None:
