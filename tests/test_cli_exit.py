@@ -107,3 +107,57 @@ def test_the_ingest_command_starts_its_jvm_before_pyarrow_loads_pandas() -> None
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120, check=True)
     assert proc.stdout.strip() == "False"
+
+
+_GATEWAY_PROBE = """
+import json, socket, sys, time
+from pipelines.cli import stop_spark
+from pipelines.spark import spark_session
+spark = spark_session("offsetlake-test-exit", master="local[1]")
+gateway = spark.sparkContext._gateway
+port = gateway.gateway_parameters.port
+launched = gateway.proc is not None
+stop_spark()
+accepting = True
+deadline = time.monotonic() + 30  # py4j sends the shutdown and does not wait for the JVM
+while accepting and time.monotonic() < deadline:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        time.sleep(0.01)
+    except ConnectionRefusedError:
+        accepting = False
+sys.stdout.write(json.dumps({"launched": launched, "accepting": accepting,
+                             "jvm_running": gateway.proc.poll() is None}))
+"""
+
+
+def test_stop_spark_closes_the_gateway_of_a_jvm_it_launched() -> None:
+    """A JVM exits when its Python ends, but Java 17 first waits up to 300 ms for threads
+    blocked in native calls: py4j's server thread in ``accept`` is one until its socket
+    closes. After :func:`stop_spark` the gateway stops accepting (the JVM itself still runs:
+    it ends with this process, or writes its class archive first). Without it, the gateway
+    accepts until the process ends."""
+    proc = subprocess.run([sys.executable, "-c", _GATEWAY_PROBE], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
+        "launched": True, "accepting": False, "jvm_running": True}
+
+
+def test_stop_spark_leaves_the_gateway_of_a_jvm_it_did_not_launch(monkeypatch) -> None:
+    """Under spark-submit the JVM started Python (the gateway has no process of ours): the
+    session is stopped, the gateway is spark-submit's to end."""
+    from pyspark.sql import SparkSession
+
+    from pipelines.cli import stop_spark
+
+    calls: list[str] = []
+    gateway = SimpleNamespace(shutdown=lambda: calls.append("gateway.shutdown"))
+    context = SimpleNamespace(_gateway=gateway, _accumulatorServer=None)
+    session = SimpleNamespace(sparkContext=context, stop=lambda: calls.append("session.stop"))
+    monkeypatch.setattr(SparkSession, "getActiveSession", staticmethod(lambda: session))
+    stop_spark()
+    assert calls == ["session.stop"]
+    gateway.proc = object()  # launched by this process
+    stop_spark()
+    assert calls == ["session.stop", "session.stop", "gateway.shutdown"]

@@ -101,6 +101,29 @@ def _release_accumulator_server(context) -> None:
         os.remove(address)
 
 
+def stop_spark() -> None:
+    """Stop the active SparkSession, for a process about to end; then, when this process
+    launched the JVM, its py4j gateway too.
+
+    Why the gateway: the JVM exits when this process ends (its stdin closes), but at exit
+    Java 17 waits for threads blocked in native calls, up to 300 ms, and py4j's server
+    thread waits in ``accept`` until its socket closes. Anyone who reads the command's
+    output through a pipe (Airflow, ``subprocess.run``, ``| tee``) waited those 300 ms: the
+    JVM holds the pipe too (measured: the JVM gone 0.35 s after Python, against 0.02-0.03
+    s with the gateway shut first, which takes 10 ms). A JVM that spark-submit started is
+    spark-submit's to end."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is None:
+        return
+    gateway = session.sparkContext._gateway
+    _release_accumulator_server(session.sparkContext)
+    session.stop()
+    if getattr(gateway, "proc", None) is not None:
+        gateway.shutdown()
+
+
 def run(argv: Sequence[str] | None = None) -> NoReturn:
     """The console and spark-submit entry point: :func:`main`, then a clean, sure exit.
 
@@ -119,12 +142,7 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     code = main(argv, standalone=True)
     if "pyspark" in sys.modules:
-        from pyspark.sql import SparkSession
-
-        session = SparkSession.getActiveSession()
-        if session is not None:
-            _release_accumulator_server(session.sparkContext)
-            session.stop()
+        stop_spark()
     if "pipelines.jvm_cache" in sys.modules:  # a first run's JVM writes its class archive
         from pipelines import jvm_cache
 
