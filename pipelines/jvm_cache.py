@@ -18,6 +18,11 @@ holds all of these (another installation of the same Spark, a reinstall, is anot
 an archive the JVM did not map after all is removed, for the next run to write one it maps.
 An archive not mapped for ``UNUSED_DAYS`` is removed when another is written.
 
+spark-class first runs a small launcher JVM that only prints the real JVM's command; it
+searches Spark's ~280 jars for its classes and took 0.15-0.3 s of every start. It gets an
+archive of its own (``spark-<key>.launcher.jsa``, ~1.3 MB, through ``SPARK_LAUNCHER_OPTS``),
+written by the first run that finds none and published the same way: 0.05 s then.
+
 ``OFFSETLAKE_JVM_CACHE``: ``off`` disables it, a directory moves it (default
 ``$XDG_CACHE_HOME/offsetlake/jvm`` or ``~/.cache/offsetlake/jvm``; an archive is ~150 MB).
 Never used for a JVM the user started or configured (``SPARK_SUBMIT_OPTS``, spark-submit),
@@ -65,9 +70,29 @@ class ArchivePlan:
     archive: Path
     writing: Path | None = None  # the temporary file the JVM writes (None: it maps archive)
     lock: Path | None = None
+    #: spark-class's launcher JVM (its archive, or None: no launcher options)
+    launcher: LauncherPlan | None = None
 
     @property
     def java_options(self) -> str:
+        if self.writing is None:
+            return f"-XX:SharedArchiveFile={self.archive} {QUIET_CDS_LOG}"
+        return f"-XX:ArchiveClassesAtExit={self.writing} {QUIET_CDS_LOG}"
+
+
+@dataclass(frozen=True)
+class LauncherPlan:
+    """The archive of spark-class's launcher JVM: map it, or write it (at that JVM's exit,
+    before the real JVM starts) under a temporary name for :func:`publish`."""
+
+    archive: Path
+    command: tuple[str, ...]  # the launcher's java, options and class path (for the check)
+    writing: Path | None = None
+
+    @property
+    def options(self) -> str:
+        """``SPARK_LAUNCHER_OPTS``: spark-class reads the launcher's stdout as the command to
+        run, so every JVM message goes to stderr."""
         if self.writing is None:
             return f"-XX:SharedArchiveFile={self.archive} {QUIET_CDS_LOG}"
         return f"-XX:ArchiveClassesAtExit={self.writing} {QUIET_CDS_LOG}"
@@ -140,8 +165,9 @@ def plan(env: Mapping[str, str], spark_home: Path, extra: str = "",
     if directory is None or key is None:
         return None
     archive = directory / f"spark-{key}.jsa"
+    launcher = _launcher_plan(env, spark_home, archive)
     if archive.is_file():
-        return ArchivePlan(archive)
+        return ArchivePlan(archive, launcher=launcher)
     lock = directory / f"spark-{key}.lock"
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -158,10 +184,31 @@ def plan(env: Mapping[str, str], spark_home: Path, extra: str = "",
         if _stale(unused, UNUSED_DAYS * 86400):
             with suppress(OSError):  # another user's: theirs to remove
                 unused.unlink(missing_ok=True)
-    return ArchivePlan(archive, writing=directory / f"spark-{key}.{os.getpid()}.tmp", lock=lock)
+    return ArchivePlan(archive, writing=directory / f"spark-{key}.{os.getpid()}.tmp", lock=lock,
+                       launcher=launcher)
 
 
-_pending: list[tuple[ArchivePlan, object, list[str]]] = []
+def _launcher_plan(env: Mapping[str, str], spark_home: Path, archive: Path) -> LauncherPlan | None:
+    """The launcher's archive beside the JVM's (same key: same Java, same jars): mapped if
+    published, else written by this run. None when the user set ``SPARK_LAUNCHER_OPTS``."""
+    if "SPARK_LAUNCHER_OPTS" in env:
+        return None
+    java = _java(env)
+    # what spark-class runs: "$RUNNER" -Xmx128m $SPARK_LAUNCHER_OPTS -cp "$SPARK_JARS_DIR/*"
+    command = (str(java), "-Xmx128m", *QUIET_CDS_LOG.split(), "-cp", str(spark_home / "jars" / "*"),
+               "org.apache.spark.launcher.Main")
+    published = archive.with_suffix(".launcher.jsa")
+    if published.is_file():
+        return LauncherPlan(published, command)
+    for old in archive.parent.glob(f"{archive.stem}.*.launcher.tmp"):  # left by a run that died
+        if _stale(old):
+            with suppress(OSError):
+                old.unlink(missing_ok=True)
+    return LauncherPlan(published, command, writing=archive.with_suffix(f".{os.getpid()}.launcher.tmp"))
+
+
+#: archives written, to publish at exit: (the order for :func:`publish`, the JVM to let exit)
+_pending: list[tuple[dict, object | None]] = []
 
 
 def abandon(archive_plan: ArchivePlan | None) -> None:
@@ -171,6 +218,9 @@ def abandon(archive_plan: ArchivePlan | None) -> None:
         return
     if archive_plan.lock is not None:
         archive_plan.lock.unlink(missing_ok=True)
+    launcher = archive_plan.launcher
+    if launcher is not None:
+        (launcher.archive if launcher.writing is None else launcher.writing).unlink(missing_ok=True)
     if archive_plan.writing is None:
         archive_plan.archive.unlink(missing_ok=True)
         log.warning("the JVM did not start with the class archive %s; it is removed",
@@ -224,8 +274,14 @@ def started(archive_plan: ArchivePlan | None, gateway_process) -> None:
     check it with, and the archive is given up."""
     if archive_plan is None or gateway_process is None:
         return
+    launcher = archive_plan.launcher
+    if launcher is not None and launcher.writing is not None and launcher.writing.is_file():
+        # spark-class waited for its launcher, so that archive is complete (or damaged)
+        _publish_at_exit({"pid": None, "command": list(launcher.command), "writing": str(launcher.writing),
+                          "archive": str(launcher.archive), "lock": None}, None)
     if archive_plan.writing is None:
-        _keep_if_mapped(archive_plan.archive, gateway_process.pid)
+        mapped_launcher = (launcher.archive,) if launcher is not None and launcher.writing is None else ()
+        _keep_if_mapped(archive_plan.archive, gateway_process.pid, mapped_launcher)
         return
     try:  # spark-submit execs the JVM: the gateway process is the JVM itself
         with open(f"/proc/{gateway_process.pid}/cmdline", "rb") as fh:
@@ -233,18 +289,25 @@ def started(archive_plan: ArchivePlan | None, gateway_process) -> None:
     except OSError:
         abandon(archive_plan)
         return
+    _publish_at_exit({"pid": gateway_process.pid, "command": command, "writing": str(archive_plan.writing),
+                      "archive": str(archive_plan.archive), "lock": str(archive_plan.lock)},
+                     gateway_process)
+
+
+def _publish_at_exit(order: dict, process: object | None) -> None:
     if not _pending:
         atexit.register(finish)
-    _pending.append((archive_plan, gateway_process, command))
+    _pending.append((order, process))
 
 
-def _keep_if_mapped(archive: Path, pid: int) -> None:
+def _keep_if_mapped(archive: Path, pid: int, companions: tuple[Path, ...] = ()) -> None:
     """If the JVM ``pid`` maps ``archive`` (its memory map names the file), the archive's
     modification time records the use; if not, the JVM refused it (written for
     another class path or Java) and ran without it, as every later JVM would, and it is
     removed so that the next run writes one this JVM maps. Without ``/proc`` (not Linux), or
     when ``pid`` is not the JVM given the archive (a launcher that did not exec it), there is
-    nothing to judge by, and the archive stays."""
+    nothing to judge by, and the archive stays. ``companions`` (the launcher's archive, which
+    the same Java and jars made, in a process gone by now) share its fate."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             given = f"-XX:SharedArchiveFile={archive}".encode() in fh.read().split(b"\0")
@@ -255,11 +318,13 @@ def _keep_if_mapped(archive: Path, pid: int) -> None:
     if not given:
         return
     if os.path.realpath(archive) in maps:
-        with suppress(OSError):  # another user's cache: it stays as it is
-            os.utime(archive)
+        for path in (archive, *companions):
+            with suppress(OSError):  # another user's cache: it stays as it is
+                os.utime(path)
         return
-    with suppress(OSError):
-        archive.unlink(missing_ok=True)
+    for path in (archive, *companions):
+        with suppress(OSError):
+            path.unlink(missing_ok=True)
     log.info("the JVM did not map the class archive %s (made for another installation of Spark "
              "or another Java); removed, the next run writes one for this JVM", archive)
 
@@ -272,21 +337,21 @@ def finish() -> None:
     Call after the SparkSession stopped; a no-op when no archive is being written.
     """
     while _pending:
-        archive_plan, process, command = _pending.pop()
+        order, process = _pending.pop()
         try:
-            order = archive_plan.writing.with_suffix(".json")
-            order.write_text(json.dumps({"pid": process.pid, "command": command,
-                                         "writing": str(archive_plan.writing),
-                                         "archive": str(archive_plan.archive),
-                                         "lock": str(archive_plan.lock)}))
-            subprocess.Popen([sys.executable, "-m", "pipelines.jvm_cache", str(order)],
+            order_file = Path(order["writing"]).with_suffix(".json")
+            order_file.write_text(json.dumps(order))
+            subprocess.Popen([sys.executable, "-m", "pipelines.jvm_cache", str(order_file)],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
-            if process.stdin is not None:
+            if process is not None and process.stdin is not None:
                 process.stdin.close()
         except Exception as exc:  # a cache: never the reason a run fails
             log.debug("JVM class archive not written: %s", exc)
-            abandon(archive_plan)
+            for leftover in (order["writing"], order["lock"]):
+                if leftover:
+                    with suppress(OSError):
+                        Path(leftover).unlink(missing_ok=True)
 
 
 def _running(pid: int) -> bool:
@@ -316,16 +381,17 @@ def check_command(command: list[str], archive: Path) -> list[str]:
 
 
 def publish(order_file: Path, timeout: float = 900.0) -> bool:
-    """Wait for the JVM of ``order_file`` to exit, then publish the archive it wrote if a
-    JVM with the same options maps it cleanly (a partial archive crashes the JVM that maps
-    it). Returns whether it published; always releases the lock and the temporary files."""
+    """Wait for the JVM of ``order_file`` to exit (``pid`` None: it has), then publish the
+    archive it wrote if a JVM with the same options maps it cleanly (a partial archive
+    crashes the JVM that maps it). Returns whether it published; always releases the lock
+    (if any) and the temporary files."""
     order = json.loads(order_file.read_text())
-    writing, archive = Path(order["writing"]), Path(order["archive"])
+    writing, archive, pid = Path(order["writing"]), Path(order["archive"]), order["pid"]
     try:
         deadline = time.monotonic() + timeout
-        while _running(order["pid"]) and time.monotonic() < deadline:
+        while pid is not None and _running(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if _running(order["pid"]) or not writing.is_file():
+        if (pid is not None and _running(pid)) or not writing.is_file():
             return False
         check = subprocess.run(check_command(order["command"], writing), capture_output=True,
                                cwd=writing.parent, timeout=120)
@@ -335,7 +401,8 @@ def publish(order_file: Path, timeout: float = 900.0) -> bool:
         return True
     finally:
         writing.unlink(missing_ok=True)
-        Path(order["lock"]).unlink(missing_ok=True)
+        if order["lock"]:
+            Path(order["lock"]).unlink(missing_ok=True)
         order_file.unlink(missing_ok=True)
 
 

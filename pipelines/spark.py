@@ -272,9 +272,12 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
             if conf_key not in user_conf and _same_python(chosen):
                 os.environ[variable] = launcher
         os.environ.update(spark_python.launcher_env(_spark_home(os.environ)))  # what it runs
+    launcher_opts = archive.launcher.options if archive and archive.launcher else None
     if ours:  # only for the spark-submit that launches the JVM; nothing else sees it
         os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
             [settings.submit_opts, *([archive.java_options] if archive else [])])
+        if launcher_opts:
+            os.environ["SPARK_LAUNCHER_OPTS"] = launcher_opts
         if own_workers:
             os.environ[WORKERS_WITHOUT_PANDAS] = "1"
             if launcher and os.environ.get("PYSPARK_PYTHON") == launcher and DAEMON_CONF not in user_conf:
@@ -288,6 +291,8 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     finally:
         if ours:
             os.environ.pop("SPARK_SUBMIT_OPTS", None)
+            if launcher_opts:
+                os.environ.pop("SPARK_LAUNCHER_OPTS", None)
             os.environ.pop(WORKERS_WITHOUT_PANDAS, None)
     jvm_cache.started(archive, getattr(spark.sparkContext._gateway, "proc", None))
     if settings.log_level:

@@ -40,6 +40,10 @@ def test_first_plan_writes_under_a_temporary_name_and_holds_the_lock(tmp_path, s
     assert first.writing.name.endswith(f".{os.getpid()}.tmp")
     assert first.writing.parent == first.archive.parent == tmp_path / "cache"
     assert f"-XX:ArchiveClassesAtExit={first.writing}" in first.java_options
+    # spark-class's launcher JVM writes its own archive in the same run
+    assert first.launcher.writing.name.endswith(f".{os.getpid()}.launcher.tmp")
+    assert first.launcher.options.startswith(f"-XX:ArchiveClassesAtExit={first.launcher.writing} ")
+    assert first.launcher.archive == first.archive.with_name(first.archive.stem + ".launcher.jsa")
     assert jvm_cache.plan(env, spark_home) is None  # another process is writing it
     jvm_cache.abandon(first)
     assert not first.lock.exists()
@@ -59,6 +63,20 @@ def test_a_published_archive_is_mapped_and_a_stale_lock_is_taken_over(tmp_path, 
     assert mapped.writing is None and mapped.archive == taken.archive
     assert mapped.java_options.startswith(f"-XX:SharedArchiveFile={taken.archive} ")
     assert "stderr" in mapped.java_options  # JVM warnings never reach the command's stdout
+    # an archive from before the launcher had one: this run writes the launcher's
+    assert mapped.launcher.writing is not None and mapped.lock is None
+    mapped.launcher.archive.write_bytes(b"launcher archive")
+    both = jvm_cache.plan(env, spark_home)
+    assert both.writing is None and both.launcher.writing is None
+    assert both.launcher.options.startswith(f"-XX:SharedArchiveFile={mapped.launcher.archive} ")
+    # spark-class reads the launcher's stdout as the command it runs: warnings go to stderr
+    assert "stderr" in both.launcher.options and "stdout" not in both.launcher.options
+
+
+def test_the_users_launcher_options_are_left_alone(tmp_path, spark_home) -> None:
+    env = _env(tmp_path, SPARK_LAUNCHER_OPTS="-Xss4m")
+    archive = jvm_cache.plan(env, spark_home)
+    assert archive is not None and archive.launcher is None
 
 
 def test_the_key_follows_java_and_spark_jars_and_off_disables(tmp_path, spark_home) -> None:
@@ -117,19 +135,23 @@ def test_an_archive_the_jvm_did_not_map_is_removed_and_a_mapped_one_is_kept(tmp_
     env = _env(tmp_path)
     jvm_cache.abandon(first := jvm_cache.plan(env, spark_home))
     first.archive.write_bytes(b"archive" * 1024)
+    first.launcher.archive.write_bytes(b"launcher archive")
     mapping = jvm_cache.plan(env, spark_home)
-    assert mapping.writing is None
+    assert mapping.writing is None and mapping.launcher.writing is None
     long_ago = time.time() - 7 * 86400
-    os.utime(mapping.archive, (long_ago, long_ago))
+    for archive in (mapping.archive, mapping.launcher.archive):
+        os.utime(archive, (long_ago, long_ago))
     with _stand_in_jvm(mapping.archive, maps_it=True) as jvm:
         jvm_cache.started(mapping, jvm)  # mapped, as a JVM that uses the archive maps it
-    assert mapping.archive.is_file() and mapping.archive.stat().st_mtime > long_ago + 86400
+    # the launcher's archive (same Java, same jars; its process is gone) shares the verdict
+    for archive in (mapping.archive, mapping.launcher.archive):
+        assert archive.is_file() and archive.stat().st_mtime > long_ago + 86400
     with _stand_in_jvm(mapping.archive, maps_it=False, given=False) as launcher:
         jvm_cache.started(mapping, launcher)  # not the JVM given it: nothing to judge by
-    assert mapping.archive.is_file()
+    assert mapping.archive.is_file() and mapping.launcher.archive.is_file()
     with _stand_in_jvm(mapping.archive, maps_it=False) as jvm:
         jvm_cache.started(mapping, jvm)  # given it, not mapped: the JVM refused it
-    assert not mapping.archive.exists()
+    assert not mapping.archive.exists() and not mapping.launcher.archive.exists()
     assert jvm_cache.plan(env, spark_home).writing is not None  # the next run writes one again
 
 
@@ -203,13 +225,19 @@ def test_a_real_local_jvm_writes_the_archive_once_and_the_next_one_maps_it(tmp_p
     # the caller read the command's output to its end without waiting for the JVM's dump
     # (seconds of work after the command): that JVM still runs, nothing is published yet
     assert Path(f"/proc/{first['jvm_pid']}").exists()
-    assert list(cache.glob("*.lock")) and not list(cache.glob("*.jsa"))
+    def main_archives() -> list[Path]:
+        return [a for a in cache.glob("*.jsa") if not a.name.endswith(".launcher.jsa")]
+
+    assert list(cache.glob("*.lock")) and not main_archives()
     deadline = time.monotonic() + 240  # published by a detached process once the JVM is gone
-    while (list(cache.glob("*.lock")) or not list(cache.glob("*.jsa"))) \
-            and time.monotonic() < deadline:
+    while (list(cache.glob("*.lock")) or not main_archives()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    archives = sorted(cache.glob("*.jsa"))
+    while len(list(cache.glob("*.jsa"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)  # and spark-class's launcher's (done before the JVM started), by another
+    archives = sorted(main_archives())
     assert len(archives) == 1 and archives[0].stat().st_size > 1_000_000
+    launcher_archive = archives[0].with_name(archives[0].stem + ".launcher.jsa")
+    assert launcher_archive.stat().st_size > 100_000
     assert not list(cache.glob("*.tmp")) and not list(cache.glob("*.lock"))
     assert not list(cache.glob("*.json"))
 
@@ -219,6 +247,7 @@ def test_a_real_local_jvm_writes_the_archive_once_and_the_next_one_maps_it(tmp_p
     assert f"-XX:SharedArchiveFile={archives[0]}" in second["args"]
     assert str(archives[0]) in second["mapped"]  # the JVM really maps Spark's classes from it
     assert archives[0].stat().st_mtime > published  # its use is recorded
+    assert launcher_archive.stat().st_mtime > published
     # the workers run this interpreter through the launcher and import the installed pyspark
     assert second["python"] == spark_python.launcher()
     assert ".zip" not in second["worker_pyspark"] and second["worker_pyspark"].endswith(".py")
@@ -240,7 +269,7 @@ def test_a_real_local_jvm_writes_the_archive_once_and_the_next_one_maps_it(tmp_p
     third = probe()
     assert f"-XX:SharedArchiveFile={archives[0]}" in third["args"]
     assert str(archives[0]) not in third["mapped"]
-    assert not archives[0].exists()
+    assert not archives[0].exists() and not launcher_archive.exists()  # both written again
 
 
 def test_a_class_path_directory_with_files_runs_without(tmp_path, spark_home) -> None:
@@ -399,3 +428,44 @@ def test_the_check_keeps_the_jvm_options_and_drops_its_main_class() -> None:
         "--add-modules=jdk.incubator.vector", "-Xmx4g", "-Xshare:on",
         "-XX:SharedArchiveFile=/c/x.tmp", "-XX:+PrintSharedArchiveAndExit",
         "-XX:ErrorFile=/dev/null", "-XX:-CreateCoredumpOnCrash", "-version"]
+
+
+def test_spark_class_launcher_maps_its_archive_and_prints_the_same_command(tmp_path: Path) -> None:
+    """The launcher JVM of the installed Spark (its real jars and class path) writes an archive
+    :func:`jvm_cache.publish` takes, then maps its classes from it (``-Xshare:on`` fails a JVM
+    that cannot) and prints the same command as without: spark-class runs what it prints."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
+    env.update(SPARK_HOME=str(home), SPARK_SCALA_VERSION="2.13", SPARK_ENV_LOADED="1",
+               **{jvm_cache.CACHE_ENV: str(tmp_path / "cache")})
+    writing = jvm_cache.plan(env, home)
+    assert writing is not None and writing.launcher.writing is not None
+    args = ["org.apache.spark.deploy.SparkSubmit", "--conf", "spark.app.name=x", "pyspark-shell"]
+    plain = subprocess.run([*writing.launcher.command, *args], env=env, capture_output=True, timeout=120)
+    assert plain.returncode == 0 and b"SparkSubmit" in plain.stdout, plain.stderr[-2000:]
+
+    def launch(options: str, *extra: str) -> subprocess.CompletedProcess:
+        java, heap, *rest = writing.launcher.command
+        command = [java, heap, *options.split(), *extra, *rest[len(jvm_cache.QUIET_CDS_LOG.split()):]]
+        return subprocess.run([*command, *args], env=env, capture_output=True, timeout=120)
+
+    dumped = launch(writing.launcher.options)
+    assert dumped.stdout == plain.stdout and dumped.returncode == 0
+    order = tmp_path / "launcher-order.json"
+    order.write_text(json.dumps({"pid": None, "command": list(writing.launcher.command),
+                                 "writing": str(writing.launcher.writing),
+                                 "archive": str(writing.launcher.archive), "lock": None}))
+    assert jvm_cache.publish(order) is True
+    assert writing.launcher.archive.is_file() and not writing.launcher.writing.exists()
+
+    jvm_cache.abandon(writing)  # release the lock; the launcher's archive is published
+    mapping = jvm_cache.plan(env, home).launcher
+    assert mapping.writing is None and mapping.archive == writing.launcher.archive
+    loaded = tmp_path / "classes.log"
+    mapped = launch(mapping.options, "-Xshare:on", f"-Xlog:class+load=info:file={loaded}")
+    assert mapped.returncode == 0, mapped.stderr[-2000:]
+    assert mapped.stdout == plain.stdout
+    main = [line for line in loaded.read_text().splitlines() if "org.apache.spark.launcher.Main " in line]
+    assert main and "shared objects file (top)" in main[0]
