@@ -55,6 +55,8 @@ OFF = ("off", "false", "0", "no", "none")
 STALE_SECONDS = 3600
 #: an archive no JVM mapped for this long (a removed installation, an old Spark) is removed
 UNUSED_DAYS = 30
+#: free space a launcher's archive (~1.3 MB) must find: a JVM that cannot write it exits 1
+LAUNCHER_ROOM = 32 * 1024 * 1024
 #: JVM log settings with an archive: its warnings (a mismatched archive is simply not used)
 #: go to stderr and CDS' own are dropped, so nothing reaches the command's stdout
 QUIET_CDS_LOG = "-Xlog:disable -Xlog:all=warning:stderr -Xlog:cds*=error:stderr"
@@ -165,9 +167,8 @@ def plan(env: Mapping[str, str], spark_home: Path, extra: str = "",
     if directory is None or key is None:
         return None
     archive = directory / f"spark-{key}.jsa"
-    launcher = _launcher_plan(env, spark_home, archive)
     if archive.is_file():
-        return ArchivePlan(archive, launcher=launcher)
+        return ArchivePlan(archive, launcher=_launcher_plan(env, spark_home, archive))
     lock = directory / f"spark-{key}.lock"
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -185,7 +186,7 @@ def plan(env: Mapping[str, str], spark_home: Path, extra: str = "",
             with suppress(OSError):  # another user's: theirs to remove
                 unused.unlink(missing_ok=True)
     return ArchivePlan(archive, writing=directory / f"spark-{key}.{os.getpid()}.tmp", lock=lock,
-                       launcher=launcher)
+                       launcher=_launcher_plan(env, spark_home, archive))
 
 
 def _launcher_plan(env: Mapping[str, str], spark_home: Path, archive: Path) -> LauncherPlan | None:
@@ -204,7 +205,23 @@ def _launcher_plan(env: Mapping[str, str], spark_home: Path, archive: Path) -> L
         if _stale(old):
             with suppress(OSError):
                 old.unlink(missing_ok=True)
-    return LauncherPlan(published, command, writing=archive.with_suffix(f".{os.getpid()}.launcher.tmp"))
+    writing = archive.with_suffix(f".{os.getpid()}.launcher.tmp")
+    return LauncherPlan(published, command, writing=writing) if _room_for(writing) else None
+
+
+def _room_for(path: Path) -> bool:
+    """Whether ``path`` could be created, with ``LAUNCHER_ROOM`` to spare (it is, empty).
+
+    Why: a JVM that cannot write its archive at exit exits 1, and spark-class, which checks
+    the launcher's status, fails the launch with it (a cache directory that is read-only,
+    another user's, or full). The launcher then runs as spark-class runs it."""
+    try:
+        if shutil.disk_usage(path.parent).free < LAUNCHER_ROOM:
+            return False
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))  # per process: its name has our pid
+    except OSError:
+        return False
+    return True
 
 
 #: archives written, to publish at exit: (the order for :func:`publish`, the JVM to let exit)
@@ -275,10 +292,13 @@ def started(archive_plan: ArchivePlan | None, gateway_process) -> None:
     if archive_plan is None or gateway_process is None:
         return
     launcher = archive_plan.launcher
-    if launcher is not None and launcher.writing is not None and launcher.writing.is_file():
+    if launcher is not None and launcher.writing is not None:
         # spark-class waited for its launcher, so that archive is complete (or damaged)
-        _publish_at_exit({"pid": None, "command": list(launcher.command), "writing": str(launcher.writing),
-                          "archive": str(launcher.archive), "lock": None}, None)
+        if _size(launcher.writing):
+            _publish_at_exit({"pid": None, "command": list(launcher.command), "writing": str(launcher.writing),
+                              "archive": str(launcher.archive), "lock": None}, None)
+        else:  # made empty by the plan; the launcher wrote nothing (SPARK_LAUNCHER_OPTS not read)
+            launcher.writing.unlink(missing_ok=True)
     if archive_plan.writing is None:
         mapped_launcher = (launcher.archive,) if launcher is not None and launcher.writing is None else ()
         _keep_if_mapped(archive_plan.archive, gateway_process.pid, mapped_launcher)
@@ -292,6 +312,13 @@ def started(archive_plan: ArchivePlan | None, gateway_process) -> None:
     _publish_at_exit({"pid": gateway_process.pid, "command": command, "writing": str(archive_plan.writing),
                       "archive": str(archive_plan.archive), "lock": str(archive_plan.lock)},
                      gateway_process)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _publish_at_exit(order: dict, process: object | None) -> None:

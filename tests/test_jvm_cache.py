@@ -79,6 +79,44 @@ def test_the_users_launcher_options_are_left_alone(tmp_path, spark_home) -> None
     assert archive is not None and archive.launcher is None
 
 
+def test_a_launcher_archive_is_written_only_where_it_fits(tmp_path, spark_home, monkeypatch) -> None:
+    """A JVM that cannot write its archive at exit exits 1, and spark-class fails the launch
+    with it: the launcher is asked for one only where its file could be made, with room."""
+    env = _env(tmp_path)
+    jvm_cache.abandon(first := jvm_cache.plan(env, spark_home))
+    first.archive.write_bytes(b"archive")
+    mapped = jvm_cache.plan(env, spark_home)  # the JVM's archive, none for the launcher yet
+    assert mapped.launcher.writing.is_file() and mapped.launcher.writing.stat().st_size == 0
+    jvm_cache.abandon(mapped)
+    assert not mapped.launcher.writing.exists()
+    first.archive.write_bytes(b"archive")
+
+    full = SimpleNamespace(total=1 << 40, used=(1 << 40) - (1 << 20), free=1 << 20)
+    with monkeypatch.context() as patched:
+        patched.setattr(jvm_cache.shutil, "disk_usage", lambda path: full)
+        assert jvm_cache.plan(env, spark_home).launcher is None  # the JVM's archive still maps
+    real_open = os.open
+
+    def refused(path, *args, **kwargs):  # a cache directory this user cannot write to
+        if str(path).endswith(".launcher.tmp"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(jvm_cache.os, "open", refused)
+    kept = jvm_cache.plan(env, spark_home)
+    assert kept.writing is None and kept.launcher is None
+
+
+def test_a_launcher_that_wrote_nothing_leaves_nothing(tmp_path, spark_home) -> None:
+    env = _env(tmp_path)
+    jvm_cache.abandon(first := jvm_cache.plan(env, spark_home))
+    first.archive.write_bytes(b"archive" * 1024)
+    mapping = jvm_cache.plan(env, spark_home)
+    with _stand_in_jvm(mapping.archive, maps_it=True) as jvm:
+        jvm_cache.started(mapping, jvm)
+    assert not mapping.launcher.writing.exists() and not jvm_cache._pending
+
+
 def test_the_key_follows_java_and_spark_jars_and_off_disables(tmp_path, spark_home) -> None:
     env = _env(tmp_path)
     key = jvm_cache.fingerprint(env, spark_home)
