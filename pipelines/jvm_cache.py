@@ -77,9 +77,7 @@ class ArchivePlan:
 
     @property
     def java_options(self) -> str:
-        if self.writing is None:
-            return f"-XX:SharedArchiveFile={self.archive} {QUIET_CDS_LOG}"
-        return f"-XX:ArchiveClassesAtExit={self.writing} {QUIET_CDS_LOG}"
+        return _cds_options(self.archive, self.writing)
 
 
 @dataclass(frozen=True)
@@ -95,9 +93,14 @@ class LauncherPlan:
     def options(self) -> str:
         """``SPARK_LAUNCHER_OPTS``: spark-class reads the launcher's stdout as the command to
         run, so every JVM message goes to stderr."""
-        if self.writing is None:
-            return f"-XX:SharedArchiveFile={self.archive} {QUIET_CDS_LOG}"
-        return f"-XX:ArchiveClassesAtExit={self.writing} {QUIET_CDS_LOG}"
+        return _cds_options(self.archive, self.writing)
+
+
+def _cds_options(archive: Path, writing: Path | None) -> str:
+    """A JVM's options to map ``archive``, or to write ``writing`` at exit; quiet on stdout."""
+    if writing is None:
+        return f"-XX:SharedArchiveFile={archive} {QUIET_CDS_LOG}"
+    return f"-XX:ArchiveClassesAtExit={writing} {QUIET_CDS_LOG}"
 
 
 def cache_dir(env: Mapping[str, str]) -> Path | None:
