@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines import jvm_cache, spark_python
+from pipelines import jvm_cache, spark_fork_server, spark_python
 from pipelines.spark_daemon import DAEMON_MODULE
 from pipelines.without_pandas import WORKERS_WITHOUT_PANDAS
 
@@ -282,6 +282,8 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
             os.environ[WORKERS_WITHOUT_PANDAS] = "1"
             if launcher and os.environ.get("PYSPARK_PYTHON") == launcher and DAEMON_CONF not in user_conf:
                 builder = builder.config(DAEMON_CONF, DAEMON_MODULE)
+                forks = spark_fork_server.start(dict(os.environ))
+                os.environ.update(forks)
     try:
         with jvm_cache.own_output(archive):
             spark = builder.getOrCreate()
@@ -294,6 +296,8 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
             if launcher_opts:
                 os.environ.pop("SPARK_LAUNCHER_OPTS", None)
             os.environ.pop(WORKERS_WITHOUT_PANDAS, None)
+            for variable in (spark_fork_server.SERVER_ENV, spark_fork_server.CLIENT_ENV):
+                os.environ.pop(variable, None)
     jvm_cache.started(archive, getattr(spark.sparkContext._gateway, "proc", None))
     if settings.log_level:
         spark.sparkContext.setLogLevel(settings.log_level)

@@ -30,8 +30,11 @@ from pipelines.without_pandas import WORKERS_WITHOUT_PANDAS
 def task(batches):
     import importlib, os, sys
     preloaded = "pipelines.history.parts" in sys.modules  # before this task imports anything
-    with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:
-        daemon = fh.read().split(b"\\0")[2].decode()  # python -m <daemon module> <worker module>
+    daemon = sys.modules["__main__"].__spec__.name  # forked from `python -m <daemon module>`
+    with open(f"/proc/{os.getppid()}/stat") as fh:  # the daemon's own parent
+        daemon_parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+    with open(f"/proc/{daemon_parent}/cmdline", "rb") as fh:
+        daemon_parent = fh.read().split(b"\\0")[2].decode()  # the JVM's: -cp; the fork server's: -m
     import pipelines  # as unpickling any of offsetlake's task code does, first
     import pyarrow as pa
     values = pa.array([1, 2, 3], pa.int64())  # pyarrow's first question, as the decoder asks it
@@ -45,12 +48,13 @@ def task(batches):
                                           "pandas_importable": [importable],
                                           "sum": [sum(values.to_pylist())],
                                           "preloaded": [preloaded], "daemon": [daemon],
+                                          "daemon_parent": [daemon_parent],
                                           "blas_threads": [os.environ.get("OPENBLAS_NUM_THREADS")]})
 
 spark = spark_session("probe", master="local[1]", own_workers=sys.argv[1] == "own")
 row = spark.range(1, numPartitions=1).mapInArrow(
     task, "pandas_loaded boolean, pandas_importable boolean, sum long, preloaded boolean, daemon string, "
-          "blas_threads string").collect()[0]
+          "daemon_parent string, blas_threads string").collect()[0]
 print(json.dumps({"worker": row.asDict(), "driver_env": WORKERS_WITHOUT_PANDAS in os.environ,
                   "driver_pandas_importable": __import__("importlib").util.find_spec("pandas") is not None}))
 spark.stop()
@@ -72,11 +76,13 @@ def test_only_the_clis_own_session_runs_its_workers_without_pandas(how: str) -> 
         assert seen["worker"]["pandas_loaded"] is False
         assert seen["worker"]["pandas_importable"] is False
         assert seen["worker"]["daemon"] == "pipelines.spark_daemon"
+        assert seen["worker"]["daemon_parent"] == "pipelines.spark_fork_server"
         assert seen["worker"]["preloaded"] is True
         assert seen["worker"]["blas_threads"] == "1"
     else:
         assert seen["worker"]["pandas_importable"] is True
         assert seen["worker"]["daemon"] == "pyspark.daemon"
+        assert seen["worker"]["daemon_parent"] != "pipelines.spark_fork_server"
         assert seen["worker"]["preloaded"] is False
     # the flag reaches only the JVM launched for the session, never this process' own children
     assert seen["driver_env"] is False

@@ -69,6 +69,9 @@ def test_wheel_holds_every_package_and_schema(install: WheelInstall) -> None:
     assert any(n.endswith(".data/scripts/offsetlake-spark-python") for n in names)
     launcher = install.bin_dir / "offsetlake-spark-python"
     assert launcher.read_bytes().startswith(b"#!/bin/sh\n") and os.access(launcher, os.X_OK)
+    assert b"OFFSETLAKE_SPARK_FORK_CLIENT" in launcher.read_bytes()
+    # what it runs for `-m` commands, by path (pipelines/spark_fork_server.py)
+    assert "pipelines/spark_fork_client.py" in names
 
 
 def test_imports_only_from_the_wheel(install: WheelInstall, outside: Path) -> None:

@@ -1,0 +1,172 @@
+"""offsetlake's fork server (pipelines.spark_fork_server) and its client, through the installed
+``offsetlake-spark-python`` as Spark runs it: a ``-m`` command forked from the server behaves
+as ``python -m`` run fresh (output, input, arguments, directory, environment, path, exit
+status, signals), and where the server cannot serve, Python runs as before.
+
+Why: a local session starts five Python processes one after the other before a run's first
+record is read, each importing pyspark again; forked from one process that imported it
+once they start in milliseconds (the real workload: ~0.5 s less per run). Spark must not see
+a difference. The whole path, a real local session whose processes come from the server,
+is tests/test_own_workers.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipelines import spark_fork_server, spark_python
+
+PROBE = """
+import json, os, sys, time
+if os.environ.get("PROBE_WAIT"):
+    print(json.dumps({"pid": os.getpid()}), flush=True)
+    time.sleep(60)
+print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "probe": os.environ.get("PROBE"),
+                  "stdin": sys.stdin.read(), "main": __name__, "spec": __spec__.name,
+                  "path_has_probe_dir": os.environ["PROBE_DIR"] in sys.path,
+                  "hash_seed": os.environ.get("PYTHONHASHSEED"), "pid": os.getpid()}))
+print("to stderr", file=sys.stderr)
+sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    """A running server (as ``start`` runs it for a session) and the environment that the JVM
+    would give ``offsetlake-spark-python``: the launcher's variables, Spark's settings, the
+    starter's PYTHONPATH (here with a directory of probe modules)."""
+    launcher = spark_python.launcher()
+    assert launcher is not None, "offsetlake-spark-python is installed with the package"
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "probe_mod.py").write_text(PROBE)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETLAKE_SPARK")}
+    base["PYTHONPATH"] = os.pathsep.join([str(modules), *filter(None, [os.environ.get("PYTHONPATH")])])
+    served = spark_fork_server.start(base)
+    assert set(served) == {spark_fork_server.SERVER_ENV, spark_fork_server.CLIENT_ENV}
+    env = {**base, **served, "OFFSETLAKE_SPARK_PYTHON": sys.executable, "PYTHONHASHSEED": "0",
+           "PYTHONUNBUFFERED": "YES", "PROBE_DIR": str(modules)}
+    deadline = time.monotonic() + 60  # the server binds its socket at once, then imports
+    while not Path(served[spark_fork_server.SERVER_ENV]).exists():
+        assert time.monotonic() < deadline, "the fork server never bound its socket"
+        time.sleep(0.05)
+    yield launcher, env, spark_fork_server._started[-1].pid
+    spark_fork_server.stop()
+
+
+def _run(command: list[str], env: dict[str, str], cwd: Path, **extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    done = subprocess.run(command, env={**env, **extra}, cwd=cwd, input="what Spark writes",
+                          capture_output=True, text=True, timeout=120)
+    return done, json.loads(done.stdout)
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_module_forked_by_the_server_runs_as_python_m_would(server, tmp_path: Path) -> None:
+    launcher, env, server_pid = server
+    args = ["-m", "probe_mod", "pyspark.sql.worker.lookup_data_sources", "x y"]
+    forked, seen = _run([launcher, *args], env, tmp_path, PROBE="secret-free value", PROBE_EXIT="3")
+    fresh, expected = _run([sys.executable, *args], env, tmp_path, PROBE="secret-free value", PROBE_EXIT="3")
+    assert forked.returncode == fresh.returncode == 3
+    assert forked.stderr == fresh.stderr == "to stderr\n"
+    assert seen.pop("pid") != expected.pop("pid")
+    assert seen == expected == {
+        "argv": ["pyspark.sql.worker.lookup_data_sources", "x y"], "cwd": str(tmp_path),
+        "probe": "secret-free value", "stdin": "what Spark writes", "main": "__main__",
+        "spec": "probe_mod", "path_has_probe_dir": True, "hash_seed": "0"}
+    assert _forked_by(launcher, env, tmp_path) == server_pid
+
+
+def _forked_by(launcher: str, env: dict[str, str], cwd: Path, **extra: str) -> int | None:
+    """The parent of the probe's process, asked while it runs; None when the probe runs in
+    the very process the launcher started (it ran Python itself)."""
+    proc = subprocess.Popen([launcher, "-m", "probe_mod"], env={**env, "PROBE_WAIT": "1", **extra}, cwd=cwd,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    try:
+        pid = json.loads(proc.stdout.readline())["pid"]
+        return None if pid == proc.pid else _parent(pid)
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+
+
+def test_the_jvms_signals_reach_the_child_and_its_end_is_the_clients(server, tmp_path: Path) -> None:
+    launcher, env, _ = server
+    proc = subprocess.Popen([launcher, "-m", "probe_mod"], env={**env, "PROBE_WAIT": "1"}, cwd=tmp_path,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    child = json.loads(proc.stdout.readline())["pid"]
+    assert child != proc.pid
+    proc.send_signal(signal.SIGTERM)  # as Process.destroy() does
+    assert proc.wait(timeout=60) == -signal.SIGTERM  # as `python -m` ended by SIGTERM
+    assert not _still_running(child)
+
+
+def _still_running(pid: int) -> bool:
+    """Whether ``pid`` still runs after a while (gone, or a zombie its parent has yet to
+    reap, is not running)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return False
+        if state == "Z":
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_killed_client_takes_its_child_with_it(server, tmp_path: Path) -> None:
+    launcher, env, server_pid = server
+    proc = subprocess.Popen([launcher, "-m", "probe_mod"], env={**env, "PROBE_WAIT": "1"}, cwd=tmp_path,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    child = json.loads(proc.stdout.readline())["pid"]
+    assert _parent(child) == server_pid
+    proc.kill()  # SIGKILL: nothing to forward; the server sees the client's end
+    proc.wait(timeout=60)
+    assert not _still_running(child)
+
+
+def test_where_the_server_cannot_serve_python_runs_as_before(server, tmp_path: Path) -> None:
+    launcher, env, server_pid = server
+    # other interpreter settings than the server's: a fork could not honour them
+    assert _forked_by(launcher, env, tmp_path, PYTHONHASHSEED="7") is None
+    done, seen = _run([launcher, "-m", "probe_mod"], env, tmp_path, PYTHONHASHSEED="7")
+    assert done.returncode == 0 and seen["hash_seed"] == "7" and seen["stdin"] == "what Spark writes"
+    # a PYTHONPATH entry the server does not have (a Spark's own pyspark zip, --py-files):
+    # modules it imported could be other ones than a fresh interpreter would find
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "probe_mod.py").write_text(PROBE.replace("to stderr", "other probe"))
+    elsewhere = {**env, "PYTHONPATH": os.pathsep.join([str(other), env["PYTHONPATH"]])}
+    assert _forked_by(launcher, elsewhere, tmp_path) is None
+    done = subprocess.run([launcher, "-m", "probe_mod"], env=elsewhere, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "other probe\n"
+    # no server at the path: the launcher runs Python itself, the same process
+    gone = {**env, spark_fork_server.SERVER_ENV: str(tmp_path / "no-server")}
+    assert _forked_by(launcher, gone, tmp_path) is None
+    done, seen = _run([launcher, "-m", "probe_mod", "a"], gone, tmp_path, PROBE_EXIT="2")
+    assert done.returncode == 2 and seen["argv"] == ["a"]
+    # not a `-m` command: never sent to the server
+    done = subprocess.run([launcher, "-c", "import os; print(os.getppid())"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and int(done.stdout) != server_pid
+
+
+def test_the_server_ends_with_the_process_that_started_it(server) -> None:
+    _, env, server_pid = server
+    socket_path = Path(env[spark_fork_server.SERVER_ENV])
+    spark_fork_server.stop()  # its standard input closes, as when the CLI's process ends
+    assert not _still_running(server_pid)
+    assert not socket_path.parent.exists()
