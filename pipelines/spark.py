@@ -272,18 +272,18 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
             if conf_key not in user_conf and _same_python(chosen):
                 os.environ[variable] = launcher
         os.environ.update(spark_python.launcher_env(_spark_home(os.environ)))  # what it runs
-    launcher_opts = archive.launcher.options if archive and archive.launcher else None
-    if ours:  # only for the spark-submit that launches the JVM; nothing else sees it
-        os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
+    launch_env: dict[str, str] = {}  # only for the spark-submit that launches the JVM
+    if ours:
+        launch_env["SPARK_SUBMIT_OPTS"] = " ".join(
             [settings.submit_opts, *([archive.java_options] if archive else [])])
-        if launcher_opts:
-            os.environ["SPARK_LAUNCHER_OPTS"] = launcher_opts
+        if archive and archive.launcher:
+            launch_env["SPARK_LAUNCHER_OPTS"] = archive.launcher.options
         if own_workers:
-            os.environ[WORKERS_WITHOUT_PANDAS] = "1"
+            launch_env[WORKERS_WITHOUT_PANDAS] = "1"
             if launcher and os.environ.get("PYSPARK_PYTHON") == launcher and DAEMON_CONF not in user_conf:
                 builder = builder.config(DAEMON_CONF, DAEMON_MODULE)
-                forks = spark_fork_server.start(dict(os.environ))
-                os.environ.update(forks)
+                launch_env.update(spark_fork_server.start({**os.environ, **launch_env}))
+    os.environ.update(launch_env)
     try:
         with jvm_cache.own_output(archive):
             spark = builder.getOrCreate()
@@ -291,13 +291,8 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
         jvm_cache.abandon(archive)
         raise
     finally:
-        if ours:
-            os.environ.pop("SPARK_SUBMIT_OPTS", None)
-            if launcher_opts:
-                os.environ.pop("SPARK_LAUNCHER_OPTS", None)
-            os.environ.pop(WORKERS_WITHOUT_PANDAS, None)
-            for variable in (spark_fork_server.SERVER_ENV, spark_fork_server.CLIENT_ENV):
-                os.environ.pop(variable, None)
+        for variable in launch_env:  # nothing else this process starts sees them
+            os.environ.pop(variable, None)
     jvm_cache.started(archive, getattr(spark.sparkContext._gateway, "proc", None))
     if settings.log_level:
         spark.sparkContext.setLogLevel(settings.log_level)
