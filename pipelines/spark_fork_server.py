@@ -223,6 +223,7 @@ def _run_child(request: dict, streams: list[int], sockets: list[socket.socket], 
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
         for s in sockets:
             s.close()
         for fd in fds:
@@ -245,11 +246,15 @@ def _run_child(request: dict, streams: list[int], sockets: list[socket.socket], 
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
+        if code < 0:
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
         os._exit(code)
 
 
 def _run_module(module: str) -> int:
-    """``python -m module``'s run, and the exit code the interpreter would give it."""
+    """``python -m module``'s run, and the exit code the interpreter would give it
+    (negative: the signal it would end by)."""
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return 0
@@ -260,12 +265,16 @@ def _run_module(module: str) -> int:
             return exc.code
         print(exc.code, file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the interpreter then ends by SIGINT itself
+        traceback.print_exc()
+        return -signal.SIGINT
     except BaseException:
         traceback.print_exc()
         return 1
 
 
 def main(path: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the CLI's to handle
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy: no BLAS threads to fork
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)  # bound first: a client that comes early waits for the imports

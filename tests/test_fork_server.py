@@ -100,15 +100,26 @@ def _forked_by(launcher: str, env: dict[str, str], cwd: Path, **extra: str) -> i
         proc.wait(timeout=60)
 
 
-def test_the_jvms_signals_reach_the_child_and_its_end_is_the_clients(server, tmp_path: Path) -> None:
-    launcher, env, _ = server
-    proc = subprocess.Popen([launcher, "-m", "probe_mod"], env={**env, "PROBE_WAIT": "1"}, cwd=tmp_path,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
-    child = json.loads(proc.stdout.readline())["pid"]
-    assert child != proc.pid
-    proc.send_signal(signal.SIGTERM)  # as Process.destroy() does
-    assert proc.wait(timeout=60) == -signal.SIGTERM  # as `python -m` ended by SIGTERM
-    assert not _still_running(child)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signals_reach_the_child_and_its_end_is_the_clients(server, tmp_path: Path, signum: int) -> None:
+    """SIGTERM as Process.destroy() sends it; SIGINT as a terminal's Ctrl-C (the server
+    itself ignores it and serves on)."""
+    launcher, env, server_pid = server
+    ends = {}
+    for how, command in (("fresh", [sys.executable, "-m", "probe_mod"]), ("forked", [launcher, "-m", "probe_mod"])):
+        proc = subprocess.Popen(command, env={**env, "PROBE_WAIT": "1"}, cwd=tmp_path, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        child = json.loads(proc.stdout.readline())["pid"]
+        assert (child != proc.pid) == (how == "forked")
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+        ends[how] = (proc.returncode, err.strip().splitlines()[-1:] if err.strip() else [])
+        assert not _still_running(child)
+    assert ends["forked"] == ends["fresh"]
+    assert ends["fresh"][0] == -signum  # `python -m` ends by the signal (after KeyboardInterrupt's traceback)
+    if signum == signal.SIGINT:
+        os.kill(server_pid, signal.SIGINT)
+        assert _forked_by(launcher, env, tmp_path) == server_pid
 
 
 def _still_running(pid: int) -> bool:
