@@ -209,7 +209,12 @@ def _fork(conn: socket.socket, own_settings: dict[str, str], sockets: list[socke
         pid = os.fork()
         if pid == 0:
             _run_child(request, streams, [*sockets, conn], fds)  # never returns
-        conn.sendall(ANSWER.pack(pid))
+        try:
+            conn.sendall(ANSWER.pack(pid))
+        except OSError:  # the client is gone: so is its child
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
         conn.settimeout(None)
         return pid
     finally:
