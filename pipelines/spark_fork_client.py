@@ -17,13 +17,18 @@ import socket
 import struct
 import sys
 
-HEADER = struct.Struct("!I")  # as pipelines.spark_fork_server
+#: a request's header: the payload's length; the three standard streams come with it
+HEADER = struct.Struct("!I")
+#: the answers: the child's pid (0: not forked, run Python yourself), then its exit code
+#: (negative: ended by that signal)
 ANSWER = struct.Struct("!i")
+#: the environment variable naming the server's socket
 SERVER_ENV = "OFFSETLAKE_SPARK_FORK_SERVER"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def _read(sock, n):
+def read_exactly(sock, n):
+    """``n`` bytes from ``sock``; None when it ends before."""
     data = b""
     while len(data) < n:
         chunk = sock.recv(n - len(data))
@@ -43,7 +48,7 @@ def _fork_on_server(path, module, args):
                                   "cwd": os.getcwd()}).encode()
             socket.send_fds(sock, [HEADER.pack(len(payload))], [0, 1, 2])
             sock.sendall(payload)
-            answer = _read(sock, ANSWER.size)
+            answer = read_exactly(sock, ANSWER.size)
             if answer is None or ANSWER.unpack(answer)[0] <= 0:
                 return None
             return ANSWER.unpack(answer)[0], sock.detach()
@@ -65,7 +70,7 @@ def main(python, argv):
     for signum in FORWARDED:
         signal.signal(signum, forward)
     with socket.socket(fileno=fd) as sock:
-        status = _read(sock, ANSWER.size)
+        status = read_exactly(sock, ANSWER.size)
     code = ANSWER.unpack(status)[0] if status is not None else 1  # None: the server ended first
     if code < 0:  # the child was ended by a signal: end the same way
         signal.signal(-code, signal.SIG_DFL)

@@ -33,16 +33,17 @@ import select
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import traceback
 
-from pipelines.without_pandas import SPARK_WORKER_MAINS, WORKERS_WITHOUT_PANDAS, block_pandas
+from pipelines.spark_fork_client import ANSWER, HEADER, SERVER_ENV, read_exactly
+from pipelines.without_pandas import block_pandas_in_own_workers
 
-#: the environment variables that point ``offsetlake-spark-python`` at the server
-SERVER_ENV, CLIENT_ENV = "OFFSETLAKE_SPARK_FORK_SERVER", "OFFSETLAKE_SPARK_FORK_CLIENT"
+#: the environment variable that points ``offsetlake-spark-python`` at the client (the
+#: server's socket: ``SERVER_ENV``)
+CLIENT_ENV = "OFFSETLAKE_SPARK_FORK_CLIENT"
 #: what Spark's local Python processes import: its planners, the streaming source's
 #: runner and the task daemons (and the decoding tasks: ``spark_workers.TASK_MODULES``)
 PRELOAD = ("pyspark.daemon", "pyspark.worker", "pyspark.sql.worker.lookup_data_sources",
@@ -55,11 +56,6 @@ HASH_SEED_DEFAULT, UNBUFFERED = "0", "YES"
 #: environment variables read when an interpreter starts (``PYTHONPATH`` aside: a child
 #: puts its entries on its path)
 _STARTUP_VARIABLE = re.compile(r"PYTHON[A-Z]+")
-#: a request's header: the payload's length; the three standard streams come with it
-HEADER = struct.Struct("!I")
-#: the answers: the child's pid (0: not forked, run Python yourself), then its exit code
-#: (negative: ended by that signal)
-ANSWER = struct.Struct("!i")
 #: room in ``sockaddr_un`` for the socket's path
 _MAX_SOCKET_PATH = 100
 
@@ -180,13 +176,10 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
         for fd in streams:
             os.close(fd)
         raise ValueError("a malformed request")
-    size, payload = HEADER.unpack(head)[0], b""
     try:
-        while len(payload) < size:
-            chunk = conn.recv(size - len(payload))
-            if not chunk:
-                raise ValueError("a request cut short")
-            payload += chunk
+        payload = read_exactly(conn, HEADER.unpack(head)[0])
+        if payload is None:
+            raise ValueError("a request cut short")
         return json.loads(payload), streams
     except BaseException:
         for fd in streams:
@@ -242,8 +235,7 @@ def _run_child(request: dict, streams: list[int], sockets: list[socket.socket], 
         os.environ.update(request["env"])
         sys.path[0] = request["cwd"]  # `-m` puts the directory first (PYTHONPATH: _servable)
         module = request["module"]
-        if os.environ.get(WORKERS_WITHOUT_PANDAS) == "1" and module in SPARK_WORKER_MAINS:
-            block_pandas()  # as pipelines.without_pandas does in a process started so
+        block_pandas_in_own_workers(module)  # as in a process started as `python -m module`
         sys.argv = [module, *request["args"]]
         sys.modules.pop(module, None)  # run as __main__ only, as `python -m` does
         code = _run_module(module)

@@ -40,12 +40,15 @@ def block_pandas() -> None:
         sys.meta_path.insert(0, WithoutPandas())
 
 
-def block_pandas_in_own_workers() -> None:
+def block_pandas_in_own_workers(main: str | None = None) -> None:
     """In a Spark Python worker of a session that runs only offsetlake's code, run without
     pandas: the data source's reader and the decoding task each imported it for nothing
     (~0.2 s each, on the path of a short run's first batch). Called when ``pipelines`` is
-    first imported, i.e. before any of its code asks pyarrow anything."""
-    if os.environ.get(WORKERS_WITHOUT_PANDAS) == "1" and any(running_as(m) for m in SPARK_WORKER_MAINS):
+    first imported, i.e. before any of its code asks pyarrow anything; ``main``: the module
+    the process is about to run as ``python -m`` (the fork server's child), else it is asked
+    of ``__main__``."""
+    worker = main in SPARK_WORKER_MAINS if main else any(running_as(m) for m in SPARK_WORKER_MAINS)
+    if os.environ.get(WORKERS_WITHOUT_PANDAS) == "1" and worker:
         block_pandas()
 
 
