@@ -76,8 +76,11 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
+    from pipelines.reconcile.quality import import_gx_without_unused_integrations
     from pipelines.reconcile.reconcile import run_reconcile
 
+    if args.standalone and not args.no_gate:  # run(): the process ends with this command
+        import_gx_without_unused_integrations()
     result = run_reconcile(lake_from(args), cluster_id=args.cluster_id, gate=not args.no_gate,
                            num_partitions=args.num_partitions,
                            allow_partial=args.allow_partial, snapshot_id=args.snapshot_id,

@@ -21,9 +21,11 @@ Public API: :func:`run_quality_gate`, :class:`QualityReport`, :class:`Expectatio
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
+import sys
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -309,6 +311,54 @@ def _quiet_gx() -> None:
     gx_log = logging.getLogger("great_expectations")
     if gx_log.level == logging.NOTSET:
         gx_log.setLevel(logging.WARNING)
+
+
+#: What GX imports, when installed, for data sources and stores the gate never uses (it
+#: validates pandas frames in memory): Spark (whose ``pyspark.ml`` loads SciPy's sparse and
+#: linear algebra modules), SQLAlchemy (an Airflow dependency), the cloud SDKs and the SQL
+#: warehouses' drivers. GX treats each as optional (``great_expectations.compatibility``).
+GX_UNUSED_INTEGRATIONS = ("pyspark", "py4j", "sqlalchemy", "boto3", "botocore", "azure",
+                          "google.cloud", "google.auth", "google.oauth2", "google.api_core",
+                          "databricks", "snowflake", "trino", "pyathena", "pyodbc", "psycopg2",
+                          "sqlalchemy_bigquery")
+
+
+#: the GX modules the gate imports
+_GX_MODULES = ("great_expectations", "great_expectations.core.run_identifier",
+               "great_expectations.data_context.types.base", "great_expectations.expectations")
+
+
+class _Hidden:
+    """A meta path finder under which ``names`` (and their submodules) are not installed."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if any(name == hidden or name.startswith(hidden + ".") for hidden in self.names):
+            raise ModuleNotFoundError(f"No module named {name!r} (unused by the quality gate)",
+                                      name=name)
+
+
+def import_gx_without_unused_integrations() -> None:
+    """Import GX as though its integrations the gate does not use were not installed.
+
+    Why: importing GX is most of a scheduled ``reconcile``'s own time, and GX imports every
+    optional integration it finds (``GX_UNUSED_INTEGRATIONS``; pyspark is always installed
+    here). For a process that runs the gate and ends (the CLI's ``reconcile``) only: GX
+    keeps what it found for the process' life, so a notebook or an Airflow worker that also
+    runs GX on Spark or SQL must import it as it is. A package already imported stays
+    visible; the finder is gone once GX is imported."""
+    if "great_expectations" in sys.modules:
+        return
+    _quiet_gx()
+    finder = _Hidden([name for name in GX_UNUSED_INTEGRATIONS if name not in sys.modules])
+    sys.meta_path.insert(0, finder)
+    try:
+        for module in _GX_MODULES:
+            importlib.import_module(module)
+    finally:
+        sys.meta_path.remove(finder)
 
 
 def _docs_dir(root: Any) -> Path | None:

@@ -34,9 +34,7 @@ import pyarrow.compute as pc
 from pipelines.kafka_options import normalize
 from pipelines.lake.contracts import contract
 from pipelines.lake.engines import DeltaEngine, DeltaRsEngine
-from pipelines.reconcile.cluster.live import capture_snapshot
-from pipelines.reconcile.cluster.record_times import RATE_WINDOW_S
-from pipelines.reconcile.cluster.rows import ClusterSnapshot
+from pipelines.reconcile.cluster.rows import RATE_WINDOW_S, ClusterSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +266,8 @@ def _typed_defaults() -> dict[str, Any]:
     """Defaults of the capture's own knobs and of kafka-python's admin client settings."""
     from kafka.admin import KafkaAdminClient
 
+    from pipelines.reconcile.cluster.live import capture_snapshot
+
     own = {name: p.default for name, p in inspect.signature(capture_snapshot).parameters.items()
            if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "expected_offsets"}
     return {**KafkaAdminClient.DEFAULT_CONFIG, **own}  # expected_offsets: from the lake only
@@ -293,6 +293,8 @@ def take_snapshot(lake: str | Path, bootstrap_servers: str, *, cluster_id: str =
     turned into kafka-python's underscores). Returns a JSON-able summary for the CLI.
     Raises :class:`~pipelines.reconcile.cluster.errors.ClusterUnreachable` like the capture.
     """
+    from pipelines.reconcile.cluster.live import capture_snapshot  # the Kafka client: only here
+
     config = _client_config(kafka_config or {})
     engine = engine or DeltaRsEngine(lake)
     snapshot = capture_snapshot(bootstrap_servers, require_stable=require_stable,

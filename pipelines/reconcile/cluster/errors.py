@@ -2,12 +2,11 @@
 
 Why: the capture, the time-lag reads and the recorded path all name broker error codes the
 same way (Kafka's canonical names) and retry the same codes the same way (spec 3.2); one
-place keeps those decisions identical.
+place keeps those decisions identical. The Kafka client's errors are imported where they are
+asked: ``reconcile`` reads only the codes, and needs no Kafka client (~0.1 s to import).
 """
 
 from __future__ import annotations
-
-import kafka.errors as Errors
 
 # Kafka error codes this package reasons about (org.apache.kafka.common.protocol.Errors)
 UNKNOWN_SERVER_ERROR = -1
@@ -45,6 +44,8 @@ def error_name(code: int | None) -> str | None:
         return None
     if code == UNKNOWN_SERVER_ERROR:
         return "UNKNOWN_SERVER_ERROR"
+    import kafka.errors as Errors
+
     cls = Errors.for_code(code)
     if getattr(cls, "errno", None) == code and getattr(cls, "message", None):
         return str(cls.message)
@@ -53,6 +54,8 @@ def error_name(code: int | None) -> str | None:
 
 def code_of(exc: BaseException) -> int:
     """Map a client-side exception to the Kafka error code that describes it best."""
+    import kafka.errors as Errors
+
     if isinstance(exc, Errors.IncompatibleBrokerVersion):
         return UNSUPPORTED_VERSION
     if isinstance(exc, (Errors.KafkaTimeoutError, Errors.RequestTimedOutError)):

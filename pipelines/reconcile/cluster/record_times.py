@@ -35,6 +35,7 @@ from kafka.protocol.consumer import FetchRequest
 from kafka.record.memory_records import MemoryRecords
 
 from pipelines.reconcile.cluster.errors import error_name
+from pipelines.reconcile.cluster.rows import RATE_WINDOW_S
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,6 @@ PARTITION_BYTES = 4096
 MAX_PARTITION_BYTES = 16 << 20
 #: What a Fetch response may hold in all (the broker caps it at its fetch.max.bytes too).
 MAX_RESPONSE_BYTES = 32 << 20
-#: The recent window of the catch-up estimate: the group's commit rate (from the lake's
-#: history) and the producers' rate (ListOffsets by timestamp) over the same span.
-RATE_WINDOW_S = 900
 
 
 def produce_rate(end: int | None, offset_at_window_start: int | None,

@@ -24,6 +24,9 @@ from pipelines.reconcile.cluster.errors import NONE
 log = logging.getLogger(__name__)
 
 GROUP_TYPES = ("classic", "consumer", "share", "streams")
+#: The recent window of the catch-up estimate: the group's commit rate (from the lake's
+#: history) and the producers' rate (ListOffsets by timestamp) over the same span.
+RATE_WINDOW_S = 900
 
 
 @dataclass(frozen=True)
