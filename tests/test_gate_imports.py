@@ -4,9 +4,9 @@ gate decides exactly as GX imported as it is does.
 Why: importing GX is most of a scheduled reconcile's own time, and GX imports every optional
 integration installed (pyspark with pyspark.ml, SQLAlchemy, cloud SDKs). The CLI's process
 hides them while GX is imported (``import_gx_without_unused_integrations``); a library
-caller (a notebook, an Airflow worker) gets GX as it is. Both run here, each in a fresh process on its
-own copy of one lake, with anomaly kinds that fail the gate, so the verdicts compared hold
-failures as well as passes.
+caller (a notebook, an Airflow worker) gets GX as it is. Both run here, each in a fresh
+process on its own copy of one lake, with anomaly kinds that fail the gate, so the verdicts
+compared hold failures as well as passes.
 """
 
 from __future__ import annotations
