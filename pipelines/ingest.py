@@ -314,16 +314,49 @@ def _records_past_the_lake(cfg: IngestConfig, engine: DeltaEngine) -> bool:
     return False
 
 
+def _absolute(cfg: IngestConfig) -> IngestConfig:
+    """Checkpoint and path absolute, since Spark's JVM and its Python workers may run
+    elsewhere than here; not resolved, so source file names in the history stay the paths
+    the user gave (symlinks too)."""
+    return replace(cfg, checkpoint=Path(os.path.abspath(cfg.checkpoint_dir)),
+                   path=os.path.abspath(cfg.path) if cfg.path else cfg.path)
+
+
+def report_if_caught_up(cfg: IngestConfig) -> IngestReport | None:
+    """The report of an ``availableNow`` run over segment files that finds nothing new,
+    made without starting Spark; None when the run may find something (then Spark runs).
+
+    Only with the delta-rs engine: the source's problems and emptiness are checked and
+    recorded as :func:`run_ingest` does after a query that planned no batch
+    (:mod:`pipelines.sources.segments.caught_up` says how "nothing new" is decided).
+    Refuses (:class:`CheckpointMismatch`) a checkpoint made for another source.
+    """
+    if cfg.source != "segments" or cfg.trigger != "available-now" or cfg.delta_engine != "delta-rs":
+        return None
+    from pipelines.sources.segments.caught_up import nothing_new
+
+    started = time.perf_counter()
+    cfg = _absolute(cfg)
+    identity = cfg.identity()
+    claim(cfg.checkpoint_dir, identity)
+    if not nothing_new(cfg.path, cfg.checkpoint_dir, cfg.cluster_id):
+        return None
+    log.info("nothing new in %s since the last committed batch: Spark not started", cfg.path)
+    engine = make_engine(cfg.delta_engine, lake_location(cfg.lake))
+    ensure_tables(engine)
+    report = IngestReport()
+    _source_facts(cfg, identity, engine, report, fresh=False)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
 def run_ingest(spark, cfg: IngestConfig, engine: DeltaEngine | None = None) -> IngestReport:
     """Run the streaming query (availableNow by default) and report what it wrote
     (through ``engine``, default: the one ``cfg.delta_engine`` names).
 
     Refuses (:class:`CheckpointMismatch`) a checkpoint made for another source.
     """
-    # absolute, since Spark's JVM and its Python workers may run elsewhere than here; not
-    # resolved, so source file names in the history stay the paths the user gave (symlinks too)
-    cfg = replace(cfg, checkpoint=Path(os.path.abspath(cfg.checkpoint_dir)),
-                  path=os.path.abspath(cfg.path) if cfg.path else cfg.path)
+    cfg = _absolute(cfg)
     identity = cfg.identity()
     claim(cfg.checkpoint_dir, identity)
     engine = engine or make_engine(cfg.delta_engine, lake_location(cfg.lake), spark=spark)

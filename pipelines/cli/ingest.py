@@ -52,8 +52,7 @@ def _ingest_kafka_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from pipelines.ingest import index_ahead, run_ingest
-    from pipelines.spark import spark_session
+    from pipelines.ingest import report_if_caught_up
 
     cfg = _ingest_config(args)
     if cfg.source == "kafka":
@@ -63,17 +62,28 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
         check_access({"bootstrap_servers": cfg.bootstrap_servers,
                       **{f"kafka.{k}": v for k, v in cfg.kafka_options.items()}})
+    report = report_if_caught_up(cfg)  # nothing new since the last run: Spark not started
+    if report is None:
+        report = _run_query(cfg, args.standalone)
+    print(json.dumps(report.summary(), indent=2, default=str))
+    return _verdict(report, args.strict)
+
+
+def _run_query(cfg, standalone: bool):
+    """The streaming query on a Spark session (the CLI's own local one, unless configured)."""
+    from pipelines.ingest import index_ahead, run_ingest
+    from pipelines.spark import spark_session
+
     indexing = index_ahead(cfg)  # while the JVM starts
     spark = spark_session("offsetlake-ingest", delta_spark=cfg.delta_engine != "delta-rs",
-                          own_workers=args.standalone)
+                          own_workers=standalone)
     check_engine(spark, cfg.delta_engine)
     # not joined first: the query starts while the last files are indexed, and its source
     # waits for a file being indexed rather than indexing it again (SegmentIndexCache.rows)
     report = run_ingest(spark, cfg)
     if indexing is not None:
         indexing.join()  # long done: no temporary file left behind at exit
-    print(json.dumps(report.summary(), indent=2, default=str))
-    return _verdict(report, args.strict)
+    return report
 
 
 def _verdict(report, strict: bool) -> int:
