@@ -339,7 +339,7 @@ def report_if_caught_up(cfg: IngestConfig) -> IngestReport | None:
     cfg = _absolute(cfg)
     identity = cfg.identity()
     claim(cfg.checkpoint_dir, identity)
-    if not nothing_new(cfg.path, cfg.checkpoint_dir, cfg.cluster_id):
+    if not nothing_new(cfg.path, cfg.checkpoint_dir):
         return None
     log.info("nothing new in %s since the last committed batch: Spark not started", cfg.path)
     engine = make_engine(cfg.delta_engine, lake_location(cfg.lake))

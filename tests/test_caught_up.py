@@ -124,7 +124,7 @@ def test_an_unchanged_source_answers_without_spark_and_any_change_runs_the_query
     assert _versions(lake) == versions
 
     _add_commits(data, 0, 7, roll=False)  # the active segment grew
-    assert not nothing_new(str(data), lake / "_checkpoints" / "default" / "ingest", "default")
+    assert not nothing_new(str(data), lake / "_checkpoints" / "default" / "ingest")
     grown, ran = _probe(tmp_path, args)
     assert ran["spark_started"] and grown["records"] == 7
     assert DeltaTable(str(lake / "offsets_raw")).to_pyarrow_table(columns=["offset"]).num_rows == emitted + 7
@@ -141,6 +141,12 @@ def test_an_unchanged_source_answers_without_spark_and_any_change_runs_the_query
     assert DeltaTable(str(lake / "offsets_raw")).to_pyarrow_table(columns=["offset"]).num_rows == emitted + 7
     _, ran = _probe(tmp_path, args)
     assert ran == {"code": 0, "spark_started": False}  # committed now
+    ingest_checkpoint = checkpoint.parent
+    assert nothing_new(str(data), ingest_checkpoint)
+    kept = ingest_checkpoint / "pending_batches" / "00000000000000000009.batch"
+    kept.write_bytes(b"")  # a batch Spark counted done whose commit had not landed
+    assert not nothing_new(str(data), ingest_checkpoint)
+    kept.unlink()
 
     _add_commits(data, 1, 5, roll=True)  # a segment rolled
     rolled, ran = _probe(tmp_path, args)

@@ -5,9 +5,9 @@ Why: a scheduled run over files that did not change since the last run (a backup
 copied daily and polled hourly, a rerun) plans no micro-batch, yet it started Spark to learn
 that: ~2.3 s of a ~3 s run. What the streaming source would answer needs two things Spark
 keeps in files: the end offsets of the last micro-batch (the offset log's last entry) and
-that the batch was committed (the commit log's entry of the same number); the files' index
-and the planner's own ``plan_end_offsets`` give the rest, exactly as the source computes its
-next end from there. Anything unexpected (a batch planned and not committed, which Spark
+that the batch was committed (the commit log's entry of the same number); the files' index,
+as the last run stored it, and the planner's own ``plan_end_offsets`` give the rest, exactly
+as the source computes its next end from there. Anything unexpected (a batch planned and not committed, which Spark
 replays; a log this does not read) answers "may find something", and Spark runs.
 """
 
@@ -49,10 +49,15 @@ def _entries(log: Path) -> set[int]:
     return {int(p.name) for p in log.iterdir() if p.name.isdigit()}
 
 
-def nothing_new(path: str, checkpoint: Path, cluster_id: str) -> bool:
+def nothing_new(path: str, checkpoint: Path) -> bool:
     """Whether the segment files under ``path`` hold no record past what the checkpoint's
-    last committed micro-batch read, and no batch is waiting to be committed."""
-    from pipelines.sources.segments.spark_source import SegmentPlanner
+    last committed micro-batch read, and no batch is waiting to be committed.
+
+    Read only from the index the last run stored: a partition whose files changed since
+    (a grown or new segment) answers "may hold something" at once, so a run with new data
+    indexes its files beside the JVM's start as before (``index_ahead``), not here."""
+    from pipelines.sources.segments.files import find_segments
+    from pipelines.sources.segments.index import SegmentIndexCache, log_key, plan_end_offsets
 
     kept = checkpoint / "pending_batches"
     if kept.is_dir() and any(kept.iterdir()):
@@ -60,6 +65,10 @@ def nothing_new(path: str, checkpoint: Path, cluster_id: str) -> bool:
     end = committed_end(checkpoint / "spark")
     if end is None:
         return False
-    planner = SegmentPlanner({"path": path, "cluster_id": cluster_id,
-                              "index_cache_dir": str(checkpoint / "segment_index")})
-    return planner.next_end(end) == end
+    root = Path(path)
+    plogs = find_segments(root)
+    indexes = SegmentIndexCache(checkpoint / "segment_index").stored(plogs)
+    if indexes is None:
+        return False
+    keyed = {log_key(root, plog): index for plog, index in zip(plogs, indexes, strict=True)}
+    return plan_end_offsets(keyed, end, None) == end  # the source's own next end

@@ -197,6 +197,16 @@ class SegmentIndexCache:
                               ints("aborted"), tuple(table.column("files")[0].as_py()),
                               np.cumsum(ints("run_row_steps")), ints("run_file"), ints("run_pos"))
 
+    def stored(self, plogs: list[PartitionLog]) -> list[PartitionIndex] | None:
+        """Each partition's index as stored for its files as they are now; None when one was
+        never indexed or its files changed since (a grown or new segment), which is looked
+        for first, before any index is read."""
+        signatures = [_signature(plog) for plog in plogs]
+        if not all(self._partition_entry(p, s).exists() for p, s in zip(plogs, signatures, strict=True)):
+            return None
+        found = [self.partition(p, s) for p, s in zip(plogs, signatures, strict=True)]
+        return None if any(index is None for index in found) else found
+
     def keep_partition(self, plog: PartitionLog, index: PartitionIndex) -> None:
         """Store the partition's index (whole or not at all); its offsets as runs of
         consecutive offsets, the batches' first rows as steps (zstd does the rest)."""

@@ -168,11 +168,6 @@ class SegmentPlanner:
         """The raw records of a task's ranges."""
         return read_ranges(ranges, self.rows_per_batch)
 
-    def next_end(self, start: dict) -> dict:
-        """End offsets of every record the files hold past ``start`` (``start`` itself when
-        there is none: an ``availableNow`` run would plan no batch)."""
-        return self._latest(start, None, None)
-
     def _latest(self, start: dict | None, max_rows: int | None, target: dict[str, int] | None) -> dict:
         """End offsets of the next micro-batch from ``start``: at most ``max_rows`` records,
         never past ``target`` (what existed when an availableNow run started)."""
