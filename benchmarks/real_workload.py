@@ -20,6 +20,7 @@ probes (``is_deltatable``) are counted; and what a Python worker has imported af
     python benchmarks/real_workload.py                          # this checkout, best of 3
     python benchmarks/real_workload.py --baseline /tmp/before --breakdown
     python benchmarks/real_workload.py --yardstick  # beside a bare SparkSession + trivial query
+    python benchmarks/real_workload.py --unchanged  # then again over the same, unchanged files
 """
 
 from __future__ import annotations
@@ -88,15 +89,16 @@ def _env(checkout: Path) -> dict[str, str]:
     return env
 
 
-def run_cli(checkout: Path, data: Path, work: Path, reap: bool = True
+def run_cli(checkout: Path, data: Path, work: Path, reap: bool = True, lake: Path | None = None
             ) -> tuple[float, float, float, dict]:
     """``offsetlake ingest --source segments`` in a fresh process and a fresh lake:
     (wall seconds, CPU seconds of the process tree by rusage, CPU seconds the machine was
     busy meanwhile, the printed summary). The rusage figure misses the Python workers Spark's
     daemons fork (machine_cpu.py); the machine's counts them, and anything else running.
     ``reap``: wait for the processes it left (a first run's JVM dumping its class archive)
-    before counting the CPU; the first run does that itself, to time the dump."""
-    lake = Path(tempfile.mkdtemp(prefix="lake-", dir=work))
+    before counting the CPU; the first run does that itself, to time the dump. ``lake``: this
+    one instead of a fresh one, and kept."""
+    kept, lake = lake is not None, lake or Path(tempfile.mkdtemp(prefix="lake-", dir=work))
     cmd = [sys.executable, "-m", "pipelines.cli", "ingest", "--source", "segments",
            "--path", str(data), "--lake", str(lake)]
     cpu0, busy0 = _cpu_children(), busy_seconds()
@@ -106,7 +108,8 @@ def run_cli(checkout: Path, data: Path, work: Path, reap: bool = True
     if reap:
         _reap_orphans()
     cpu, machine = _cpu_children() - cpu0, busy_seconds() - busy0
-    shutil.rmtree(lake, ignore_errors=True)
+    if not kept:
+        shutil.rmtree(lake, ignore_errors=True)
     if out.returncode != 0:
         raise RuntimeError(f"ingest failed in {checkout}: {out.stderr[-2000:]}")
     return wall, cpu, machine, json.loads(out.stdout)
@@ -306,6 +309,23 @@ def _print_breakdown(name: str, checkout: Path, b: dict) -> None:
         print(f"  fresh import of {own}: {import_seconds(checkout, own):.2f} s")
 
 
+def unchanged(checkouts: dict[str, Path], data: Path, work: Path, runs: int) -> None:
+    """The same command again on a lake it filled, the files unchanged since: what a
+    scheduled run over a directory copied less often than it is polled waits for."""
+    lakes = {name: Path(tempfile.mkdtemp(prefix="lake-", dir=work)) for name in checkouts}
+    for name, checkout in checkouts.items():
+        run_cli(checkout, data, work, lake=lakes[name])
+    walls: dict[str, list[float]] = {name: [] for name in checkouts}
+    for _ in range(runs):
+        for name, checkout in checkouts.items():
+            wall, _, _, summary = run_cli(checkout, data, work, lake=lakes[name])
+            assert summary["records"] == 0, summary
+            walls[name].append(wall)
+    for name, found in walls.items():
+        print(f"unchanged files, {name:<8}: best {min(found):.2f} s wall "
+              f"(runs {', '.join(f'{w:.2f}' for w in found)})")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=CORPUS)
@@ -315,6 +335,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--breakdown", action="store_true", help="also an instrumented run each")
     parser.add_argument("--yardstick", action="store_true",
                         help="also a bare SparkSession + one trivial query (the issue's yardstick)")
+    parser.add_argument("--unchanged", action="store_true",
+                        help="also the same command again on the lake it filled, files unchanged")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -358,6 +380,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"without the workers Spark's daemons fork), machine cpu {machine:.2f} s")
         if "baseline" in best:
             print(f"current / baseline wall: {best['current'][0] / best['baseline'][0]:.2f}x")
+        if args.unchanged:
+            unchanged(checkouts, data, work, args.runs)
         if args.yardstick:
             yardsticks(args.runs, work)
         if args.breakdown:
