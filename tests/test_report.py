@@ -101,6 +101,30 @@ def test_report_without_snapshots_or_reconciliation(lakes, tmp_path: Path) -> No
         assert group in text
 
 
+def _layouts(page: str) -> dict[str, dict]:
+    """Each figure's layout, by its div id, as the page hands it to ``Plotly.newPlot``."""
+    decoder, out = json.JSONDecoder(), {}
+    for m in re.finditer(r'Plotly\.newPlot\(\s*"([\w-]+)",\s*', page):
+        _, end = decoder.raw_decode(page, m.end())  # the traces
+        out[m.group(1)] = decoder.raw_decode(page, end + page[end:].index("{"))[0]
+    return out
+
+
+def test_every_figure_has_the_report_look_and_plotly_is_left_as_found(lakes, tmp_path: Path) -> None:
+    import plotly.io as pio
+    from plotly.utils import PlotlyJSONEncoder
+
+    lake, _, _ = lakes
+    before = pio.templates.default
+    layouts = _layouts(write_report(lake, tmp_path / "look.html").read_text())
+    assert pio.templates.default == before  # the report's template was plotly's default only meanwhile
+    white = json.loads(json.dumps(pio.templates["plotly_white"].to_plotly_json(), cls=PlotlyJSONEncoder))
+    assert set(PLOTS) <= set(layouts) and len(layouts) > len(PLOTS)  # the group pages' too
+    for div, layout in layouts.items():
+        assert layout["template"] == white, div
+        assert layout["font"] == {"family": "Inter, system-ui, sans-serif", "size": 12}, div
+
+
 def test_report_of_one_group_and_of_a_missing_group(lakes, tmp_path: Path) -> None:
     lake, _, _ = lakes
     out = write_report(lake, tmp_path / "one.html", group="orders-processor")

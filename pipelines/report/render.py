@@ -4,12 +4,14 @@ file small. Every section module renders through these, so the pages look alike.
 
 from __future__ import annotations
 
+import contextlib
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 #: The offsets plot gets a dropdown of at most this many groups (the busiest) ...
 MAX_GROUPS = 20
@@ -85,11 +87,28 @@ def html_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], classes: s
             f"<tbody>{''.join(body)}</tbody></table></div>")
 
 
+#: the look of every figure
+TEMPLATE = "plotly_white"
+
+
+@contextlib.contextmanager
+def report_template() -> Iterator[None]:
+    """Plotly's default template is the report's while its figures are made: a figure takes
+    the default, validated once, when it is created, where setting the template on each
+    figure validated all of it again (~8 ms a figure, a fifth of a small report's CPU)."""
+    saved = pio.templates.default
+    pio.templates.default = TEMPLATE
+    try:
+        yield
+    finally:
+        pio.templates.default = saved
+
+
 def figure_div(fig: go.Figure, div_id: str) -> str:
-    fig.update_layout(template="plotly_white", font={"family": "Inter, system-ui, sans-serif",
-                                                     "size": 12},
+    own = {} if pio.templates.default == TEMPLATE else {"template": TEMPLATE}  # made outside
+    fig.update_layout(font={"family": "Inter, system-ui, sans-serif", "size": 12},
                       margin={"l": 60, "r": 20, "t": 40, "b": 40},
-                      hoverlabel={"namelength": -1})
+                      hoverlabel={"namelength": -1}, **own)
     return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
                        config=_PLOT_CONFIG)
 
