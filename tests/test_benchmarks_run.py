@@ -78,3 +78,10 @@ def test_driver_commits_run_beside_a_baseline(history: tuple[Path, Path]) -> Non
     for step in ("unpickle the parts (parts_of)", "ownership replay (_generation_changes)",
                  "commit audit (audit_batch)", "all commits, unpickling included"):
         assert step in out, out
+
+
+@pytest.mark.spark
+def test_scheduled_run_runs_every_task_of_the_dag() -> None:
+    out = _run("scheduled_run.py", "--scale", "1", "--runs", "1")
+    lines = [line for line in out.splitlines() if line.startswith("best of 1 current")]
+    assert len(lines) == 2 and all(t in lines[0] for t in ("ingest", "snapshot", "reconcile", "maintain")), out
