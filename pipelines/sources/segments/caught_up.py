@@ -7,8 +7,9 @@ that: ~2.3 s of a ~3 s run. What the streaming source would answer needs two thi
 keeps in files: the end offsets of the last micro-batch (the offset log's last entry) and
 that the batch was committed (the commit log's entry of the same number); the files' index,
 as the last run stored it, and the planner's own ``plan_end_offsets`` give the rest, exactly
-as the source computes its next end from there. Anything unexpected (a batch planned and not committed, which Spark
-replays; a log this does not read) answers "may find something", and Spark runs.
+as the source computes its next end from there. Anything unexpected (a batch planned and
+not committed, which Spark replays; a log this does not read) answers "may find
+something", and Spark runs.
 """
 
 from __future__ import annotations
