@@ -58,8 +58,14 @@ def _fork_on_server(path, module, args):
 
 def main(python, argv):
     path = os.environ.get(SERVER_ENV)
-    forked = _fork_on_server(path, argv[1], argv[2:]) if path and len(argv) >= 2 and argv[0] == "-m" else None
+    if not (path and len(argv) >= 2 and argv[0] == "-m"):
+        os.execv(python, [python, *argv])
+    # Held back until the child is known, then forwarded to it: a signal that came while
+    # the server forked (the child may already run and be seen) was otherwise lost here.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    forked = _fork_on_server(path, argv[1], argv[2:])
     if forked is None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one that came ends this process
         os.execv(python, [python, *argv])
     pid, fd = forked
 
@@ -69,6 +75,7 @@ def main(python, argv):
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     with socket.socket(fileno=fd) as sock:
         status = read_exactly(sock, ANSWER.size)
     code = ANSWER.unpack(status)[0] if status is not None else 1  # None: the server ended first

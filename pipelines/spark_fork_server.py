@@ -222,6 +222,7 @@ def _run_child(request: dict, streams: list[int], sockets: list[socket.socket], 
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one sent meanwhile comes now
         for s in sockets:
             s.close()
         for fd in fds:
@@ -271,7 +272,9 @@ def _run_module(module: str) -> int:
 
 
 def main(path: str) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the CLI's to handle
+    # A terminal's Ctrl-C is the CLI's to handle. Blocked, not ignored: a child inherits the
+    # block, so a SIGINT its client forwards before the child set its handler waits for it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy: no BLAS threads to fork
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)  # bound first: a client that comes early waits for the imports

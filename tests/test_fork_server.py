@@ -28,7 +28,8 @@ PROBE = """
 import json, os, sys, time
 if os.environ.get("PROBE_WAIT"):
     print(json.dumps({"pid": os.getpid()}), flush=True)
-    time.sleep(60)
+    for _ in range(1200):  # short sleeps: a signal caught just before a sleep's system call
+        time.sleep(0.05)  # does not interrupt it (CPython), and a long one would hide it
 print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "probe": os.environ.get("PROBE"),
                   "stdin": sys.stdin.read(), "main": __name__, "spec": __spec__.name,
                   "path_has_probe_dir": os.environ["PROBE_DIR"] in sys.path,
