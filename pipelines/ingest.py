@@ -337,10 +337,10 @@ def report_if_caught_up(cfg: IngestConfig) -> IngestReport | None:
 
     started = time.perf_counter()
     cfg = _absolute(cfg)
+    if not nothing_new(cfg.path, cfg.checkpoint_dir):  # read only: the query path claims
+        return None
     identity = cfg.identity()
     claim(cfg.checkpoint_dir, identity)
-    if not nothing_new(cfg.path, cfg.checkpoint_dir):
-        return None
     log.info("nothing new in %s since the last committed batch: Spark not started", cfg.path)
     engine = make_engine(cfg.delta_engine, lake_location(cfg.lake))
     ensure_tables(engine)

@@ -25,19 +25,25 @@ WORKERS_WITHOUT_PANDAS = "OFFSETLAKE_SPARK_WORKERS_WITHOUT_PANDAS"
 SPARK_WORKER_MAINS = ("pyspark.daemon", "pyspark.worker")
 
 
-class WithoutPandas(importlib.abc.MetaPathFinder):
-    """Makes ``import pandas`` fail, as in an environment without pandas."""
+class NotInstalled(importlib.abc.MetaPathFinder):
+    """Makes importing ``names`` (and their submodules) fail, as where they are not
+    installed; ``why`` ends the error's message. Here for pandas; the quality gate hides
+    GX's unused integrations with it too."""
+
+    def __init__(self, names: tuple[str, ...], why: str) -> None:
+        self.names, self.why = names, why
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"No module named {name!r} (not needed in this process)", name=name)
+        if any(name == hidden or name.startswith(hidden + ".") for hidden in self.names):
+            raise ModuleNotFoundError(f"No module named {name!r} ({self.why})", name=name)
 
 
 def block_pandas() -> None:
     """From now on, this process runs as if pandas were not installed (unless it already
     imported pandas, which then stays)."""
-    if "pandas" not in sys.modules and not any(isinstance(f, WithoutPandas) for f in sys.meta_path):
-        sys.meta_path.insert(0, WithoutPandas())
+    if "pandas" not in sys.modules and not any(
+            isinstance(f, NotInstalled) and "pandas" in f.names for f in sys.meta_path):
+        sys.meta_path.insert(0, NotInstalled(("pandas",), "not needed in this process"))
 
 
 def block_pandas_in_own_workers(main: str | None = None) -> None:

@@ -80,7 +80,7 @@ def test_the_cli_gate_hides_unused_integrations_and_decides_as_gx_does(lake: Pat
     library, library_outcomes = _run(lake, tmp_path, "library")
 
     assert cli["imported"] == ["great_expectations"]  # no pyspark, SQLAlchemy, Kafka client
-    assert "_Hidden" not in cli["finders"]  # gone once GX is imported
+    assert "NotInstalled" not in cli["finders"]  # gone once GX is imported
     assert "pyspark" in library["imported"]  # a library caller's GX is left as it is
 
     assert cli["code"] == library["code"] == 1  # the anomalies fail the gate either way

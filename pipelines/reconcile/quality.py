@@ -42,6 +42,7 @@ from pipelines.reconcile.classes import CLASSES
 from pipelines.reconcile.increments import read_new_history, table_version, validated_versions
 from pipelines.reconcile.snapshot import string_field
 from pipelines.state.progress import time_range
+from pipelines.without_pandas import NotInstalled
 
 log = logging.getLogger(__name__)
 
@@ -328,18 +329,6 @@ _GX_MODULES = ("great_expectations", "great_expectations.core.run_identifier",
                "great_expectations.data_context.types.base", "great_expectations.expectations")
 
 
-class _Hidden:
-    """A meta path finder under which ``names`` (and their submodules) are not installed."""
-
-    def __init__(self, names: list[str]) -> None:
-        self.names = names
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if any(name == hidden or name.startswith(hidden + ".") for hidden in self.names):
-            raise ModuleNotFoundError(f"No module named {name!r} (unused by the quality gate)",
-                                      name=name)
-
-
 def import_gx_without_unused_integrations() -> None:
     """Import GX as though its integrations the gate does not use were not installed.
 
@@ -352,7 +341,8 @@ def import_gx_without_unused_integrations() -> None:
     if "great_expectations" in sys.modules:
         return
     _quiet_gx()
-    finder = _Hidden([name for name in GX_UNUSED_INTEGRATIONS if name not in sys.modules])
+    finder = NotInstalled(tuple(name for name in GX_UNUSED_INTEGRATIONS if name not in sys.modules),
+                          "unused by the quality gate")
     sys.meta_path.insert(0, finder)
     try:
         for module in _GX_MODULES:
