@@ -40,10 +40,9 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -245,46 +244,6 @@ def abandon(archive_plan: ArchivePlan | None) -> None:
         archive_plan.archive.unlink(missing_ok=True)
         log.warning("the JVM did not start with the class archive %s; it is removed",
                     archive_plan.archive)
-
-
-@contextmanager
-def own_output(archive_plan: ArchivePlan | None) -> Iterator[None]:
-    """Launch a JVM that writes an archive with pipes of this process as its stdout and
-    stderr, forwarded here, instead of this process' own.
-
-    Why: that JVM outlives the command by the ~20 s of its dump, and a caller that reads the
-    command's output to its end (Airflow, ``subprocess.run``) would wait for it as long as it
-    held the command's own stdout and stderr. Forwarded, its output reads the same while the
-    command runs; once the command is gone, its writes go nowhere.
-    """
-    if archive_plan is None or archive_plan.writing is None:
-        yield
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = {fd: os.dup(fd) for fd in (1, 2)}
-    pipes = {fd: os.pipe() for fd in (1, 2)}
-    try:
-        for fd, (_, write_end) in pipes.items():
-            os.dup2(write_end, fd)
-        yield
-    finally:
-        for fd, (read_end, write_end) in pipes.items():
-            os.dup2(saved[fd], fd)
-            os.close(saved[fd])
-            os.close(write_end)
-            threading.Thread(target=_forward, args=(read_end, fd), daemon=True,
-                             name=f"offsetlake-jvm-output-{fd}").start()
-
-
-def _forward(read_end: int, fd: int) -> None:
-    try:
-        while chunk := os.read(read_end, 65536):
-            os.write(fd, chunk)
-    except OSError:
-        pass
-    finally:
-        os.close(read_end)
 
 
 def started(archive_plan: ArchivePlan | None, gateway_process) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines import jvm_cache, spark_fork_server, spark_python
+from pipelines import jvm_cache, jvm_output, spark_fork_server, spark_python
 from pipelines.spark_daemon import DAEMON_MODULE
 from pipelines.without_pandas import WORKERS_WITHOUT_PANDAS
 
@@ -285,7 +285,7 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
                 launch_env.update(spark_fork_server.start({**os.environ, **launch_env}))
     os.environ.update(launch_env)
     try:
-        with jvm_cache.own_output(archive):
+        with jvm_output.forwarded():
             spark = builder.getOrCreate()
     except BaseException:
         jvm_cache.abandon(archive)

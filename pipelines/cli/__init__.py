@@ -147,6 +147,10 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
         from pipelines import jvm_cache
 
         jvm_cache.finish()
+    if "pipelines.jvm_output" in sys.modules:  # the JVM's output comes through our threads
+        from pipelines import jvm_output
+
+        jvm_output.drain()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
