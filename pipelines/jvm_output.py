@@ -93,7 +93,8 @@ class _Forwarder(threading.Thread):
                     chunk = os.read(self.read_end, 65536)
                     if not chunk:
                         break
-                    _write_all(self.target, self.dropper.feed(chunk) if self.dropper else chunk)
+                    if not _hushed.is_set():
+                        _write_all(self.target, self.dropper.feed(chunk) if self.dropper else chunk)
             if self.dropper:
                 _write_all(self.target, self.dropper.end())
         except OSError:  # our stdout or stderr closed: the JVM's next write fails, never blocks
@@ -115,6 +116,23 @@ class _Forwarder(threading.Thread):
 
 
 _forwarders: list[_Forwarder] = []
+_hushed = threading.Event()
+
+
+@contextmanager
+def hushed() -> Iterator[None]:
+    """The JVM's output within the block is dropped, for a block whose output is only the
+    consequence of what the caller already knows and reports: stopping a streaming query
+    because a commit failed or Ctrl-C was pressed. (Spark 4.2 then runs a regex of its own
+    over the interrupted batch's error, which overflows the stream thread's stack on a
+    long one and printed ~1,100 lines of ``java.util.regex`` frames.) What the JVM wrote
+    in the block is drained before the block ends, so none of it leaks out after."""
+    _hushed.set()
+    try:
+        yield
+    finally:
+        drain()
+        _hushed.clear()
 
 
 def drain(timeout: float = 0.5) -> None:

@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from pipelines import jvm_output
 from pipelines.arrow_memory import use_offsetlake_pool
 from pipelines.history import pending
 from pipelines.history.parts import HistoryPart, combined_state, history_part
@@ -156,10 +158,16 @@ class HandedBatch:
     error: BaseException | None = None
 
     def wait(self) -> None:
-        """Until the main thread is done with the batch; its failure raised here."""
+        """Until the main thread is done with the batch; its failure raised here.
+
+        On py4j's callback thread, a failure that is no ``Exception`` (Ctrl-C's
+        KeyboardInterrupt) is raised as one: py4j answers the JVM only for an Exception, and
+        any other ended its thread without an answer, so the query's stop waited forever."""
         self.done.wait()
-        if self.error is not None:
+        if isinstance(self.error, Exception):
             raise self.error
+        if self.error is not None:
+            raise RuntimeError("ingest interrupted") from self.error
 
 
 class Handover:
@@ -237,8 +245,9 @@ class Handover:
                 waiting = self.handoff.get_nowait()
                 waiting.error = RuntimeError("ingest interrupted")
                 waiting.done.set()
-            if query.isActive:
-                query.stop()
+            if query.isActive:  # what the JVM says while it stops is the failure's echo
+                with nullcontext() if log.isEnabledFor(logging.DEBUG) else jvm_output.hushed():
+                    query.stop()
             raise
 
     def _commit(self, batch: HandedBatch) -> None:

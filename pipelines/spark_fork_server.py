@@ -221,7 +221,7 @@ def _run_child(request: dict, streams: list[int], sockets: list[socket.socket], 
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
+        signal.signal(signal.SIGINT, _interrupt_once)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one sent meanwhile comes now
         for s in sockets:
             s.close()
@@ -248,6 +248,15 @@ def _run_child(request: dict, streams: list[int], sockets: list[socket.socket], 
             signal.signal(-code, signal.SIG_DFL)
             os.kill(os.getpid(), -code)
         os._exit(code)
+
+
+def _interrupt_once(signum: int, frame) -> None:
+    """SIGINT as in a fresh interpreter (a KeyboardInterrupt), once. A terminal's Ctrl-C
+    reaches a child twice: from the terminal (the whole process group) and forwarded by its
+    client. The second, landing while the first unwinds the child, printed a traceback of
+    its own beside the CLI's "interrupted" (one run in three)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.default_int_handler(signum, frame)
 
 
 def _run_module(module: str) -> int:

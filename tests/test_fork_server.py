@@ -123,6 +123,25 @@ def test_signals_reach_the_child_and_its_end_is_the_clients(server, tmp_path: Pa
         assert _forked_by(launcher, env, tmp_path) == server_pid
 
 
+def test_a_terminals_ctrl_c_ends_a_child_once(server, tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches a forked child twice: from the terminal (the whole
+    process group) and forwarded by its client. The child must end as a fresh process
+    given one SIGINT does (one KeyboardInterrupt traceback, then by the signal), however
+    close the two come; a second traceback, printed while the first unwound, was the noise
+    of one interrupted run in three."""
+    launcher, env, _ = server
+    for delay in (0, 0.001, 0.002, 0.005, 0.01, 0.02) * 3:
+        proc = subprocess.Popen([launcher, "-m", "probe_mod"], env={**env, "PROBE_WAIT": "1"}, cwd=tmp_path,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        child = json.loads(proc.stdout.readline())["pid"]
+        os.kill(child, signal.SIGINT)  # the terminal's
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)  # the client's, forwarded
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGINT, (delay, err)
+        assert err.count("Traceback") == 1 and err.strip().splitlines()[-1] == "KeyboardInterrupt", (delay, err)
+
+
 def _still_running(pid: int) -> bool:
     """Whether ``pid`` still runs after a while (gone, or a zombie its parent has yet to
     reap, is not running)."""
@@ -130,7 +149,7 @@ def _still_running(pid: int) -> bool:
     while time.monotonic() < deadline:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # gone before, or while, it was read
             return False
         if state == "Z":
             return False

@@ -55,7 +55,7 @@ def test_nothing_is_held_that_cannot_be_the_notice() -> None:
 # as pyspark launches its gateway, then does what the scenario says; its own stdout and
 # stderr are captured by the test.
 _LAUNCHER = textwrap.dedent("""
-    import os, subprocess, sys, time
+    import contextlib, os, subprocess, sys, time
     from pipelines import jvm_output
     from pipelines.jvm_output import SPARK_MODULE_NOTICE
     scenario = sys.argv[1]
@@ -66,14 +66,29 @@ _LAUNCHER = textwrap.dedent("""
                  "sys.stdout.write('o' * 2_000_000 + '\\\\n')",
         "lingers": "import sys, time; sys.stderr.buffer.write(NOTICE); sys.stderr.flush(); "
                    "sys.stdin.read(); print('last words', flush=True); time.sleep(30)",
+        # says each line of its input on stderr, then acknowledges it on descriptor ACK
+        "says": "import os, sys\\nfor line in sys.stdin:\\n    sys.stderr.write(line); sys.stderr.flush(); "
+                "os.write(ACK, b'.')",
     }[scenario]
+    ack_r, ack_w = os.pipe()
     with jvm_output.forwarded():
-        child = subprocess.Popen([sys.executable, "-c", "NOTICE = " + repr(SPARK_MODULE_NOTICE) + "; " + jvm],
-                                 stdin=subprocess.PIPE)
+        prelude = f"NOTICE = {SPARK_MODULE_NOTICE!r}; ACK = {ack_w}; "
+        child = subprocess.Popen([sys.executable, "-c", prelude + jvm],
+                                 stdin=subprocess.PIPE, pass_fds=(ack_w,) if scenario == "says" else (),
+                                 text=True)
         print("ours inside", flush=True)
-        if scenario != "lingers":
+        if scenario not in ("lingers", "says"):
             child.wait()  # pyspark waits for the gateway inside the block
     print("ours after", flush=True)
+    if scenario == "says":  # what the JVM says while the caller stops it is dropped
+        for line, hush in (("said before\\n", False), ("its echo\\n", True), ("said after\\n", False)):
+            with jvm_output.hushed() if hush else contextlib.nullcontext():
+                child.stdin.write(line)
+                child.stdin.flush()
+                os.read(ack_r, 1)
+            time.sleep(0.2)  # the forwarder's turn
+        child.stdin.close()
+        child.wait()
     if scenario == "lingers":  # the JVM's last words as this process ends, then it stays on
         child.stdin.close()
         time.sleep(0.5)
@@ -109,3 +124,9 @@ def test_a_jvm_that_outlives_the_command_keeps_no_pipe_of_the_caller() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stderr == b""
     assert done.stdout.splitlines() == [b"ours inside", b"ours after", b"last words"]
+
+
+def test_what_the_jvm_says_while_hushed_is_dropped_and_only_that() -> None:
+    done = _launch("says")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == b"said before\nsaid after\n"

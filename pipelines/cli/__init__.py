@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import NoReturn
 
 from pipelines import redaction
@@ -32,6 +33,11 @@ def main(argv: Sequence[str] | None = None, standalone: bool = False) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    callbacks = logging.getLogger("py4j.clientserver")
+    if level > logging.DEBUG:
+        callbacks.addFilter(_callback_failure_at_debug)
+    else:
+        callbacks.removeFilter(_callback_failure_at_debug)
     redaction.install()  # every handler of the root logger: kafka-python's loggers included
     if level > logging.DEBUG:  # kafka-python's connection chatter (connecting, closed, ...)
         logging.getLogger("kafka").setLevel(logging.WARNING)
@@ -60,6 +66,15 @@ def main(argv: Sequence[str] | None = None, standalone: bool = False) -> int:
         print(f"offsetlake {args.command}: failed: {type(exc).__name__}: {first}"
               " (rerun with --log-level DEBUG for details)", file=sys.stderr)
         return 1
+
+
+def _callback_failure_at_debug(record: logging.LogRecord) -> bool:
+    """py4j logs a page-long traceback for every exception of a Python callback (the
+    streaming job's ``foreachBatch``) before handing it to the JVM. The query then fails
+    with that same exception, which the command reports in one line and, with
+    ``--log-level DEBUG``, whole; or the query was being stopped (Ctrl-C, a failed commit)
+    and it is that failure's echo."""
+    return not str(record.msg).startswith("There was an exception while executing the Python Proxy")
 
 
 _ONE_LINE_ERRORS = ("ClusterUnreachable", "NoBrokersAvailable", "NoSnapshotError",
@@ -142,7 +157,13 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     code = main(argv, standalone=True)
     if "pyspark" in sys.modules:
-        stop_spark()
+        from pipelines import jvm_output
+
+        # after a failure or Ctrl-C, what the JVM says while it stops (threads interrupted
+        # mid-task) is its echo, and the command said what happened
+        echo = code != 0 and not log.isEnabledFor(logging.DEBUG)
+        with jvm_output.hushed() if echo else nullcontext():
+            stop_spark()
     if "pipelines.jvm_cache" in sys.modules:  # a first run's JVM writes its class archive
         from pipelines import jvm_cache
 
