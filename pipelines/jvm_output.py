@@ -12,6 +12,8 @@ Why not let the JVM inherit them, as pyspark does:
   ``subprocess.run``) would wait for it as long as it held the command's own stdout and
   stderr. Forwarded, its output reads the same while the command runs; once the command is
   gone, its writes go nowhere (the pipe's reader is gone: an error, never a block).
+* A command stopping after a failure or Ctrl-C knows what happened and says so in one line;
+  what the JVM says while it stops is that failure's echo, dropped (:func:`hushed`).
 """
 
 from __future__ import annotations
