@@ -37,7 +37,8 @@ def _ingest(data: Path, lake: Path, *extra: str, **popen) -> subprocess.Popen:
 def test_ctrl_c_ends_ingest_in_one_line_and_loses_nothing(tmp_path: Path, after: str) -> None:
     data = generated_scenario(tmp_path / "gen") / "segments"
     lake = tmp_path / "lake"
-    run = _ingest(data, lake, "-v", start_new_session=True)  # -v: our batch lines, to time the key
+    # our batch lines (INFO), to time the key; the JVM as quiet as by default (no progress bar)
+    run = _ingest(data, lake, "--log-level", "INFO", start_new_session=True)
     seen = []
     for line in run.stderr:
         seen.append(line)

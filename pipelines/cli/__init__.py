@@ -33,11 +33,11 @@ def main(argv: Sequence[str] | None = None, standalone: bool = False) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    callbacks = logging.getLogger("py4j.clientserver")
-    if level > logging.DEBUG:
-        callbacks.addFilter(_callback_failure_at_debug)
-    else:
-        callbacks.removeFilter(_callback_failure_at_debug)
+    for logger in (logging.getLogger("py4j.clientserver"), logging.getLogger()):  # py4j logs on both
+        if level > logging.DEBUG:
+            logger.addFilter(_not_an_echo)
+        else:
+            logger.removeFilter(_not_an_echo)
     redaction.install()  # every handler of the root logger: kafka-python's loggers included
     if level > logging.DEBUG:  # kafka-python's connection chatter (connecting, closed, ...)
         logging.getLogger("kafka").setLevel(logging.WARNING)
@@ -68,13 +68,16 @@ def main(argv: Sequence[str] | None = None, standalone: bool = False) -> int:
         return 1
 
 
-def _callback_failure_at_debug(record: logging.LogRecord) -> bool:
-    """py4j logs a page-long traceback for every exception of a Python callback (the
-    streaming job's ``foreachBatch``) before handing it to the JVM. The query then fails
-    with that same exception, which the command reports in one line and, with
-    ``--log-level DEBUG``, whole; or the query was being stopped (Ctrl-C, a failed commit)
-    and it is that failure's echo."""
-    return not str(record.msg).startswith("There was an exception while executing the Python Proxy")
+#: py4j's log lines that only echo what the command reports itself, in one line (and whole
+#: with --log-level DEBUG): a foreachBatch failure, with which the query then fails (or it
+#: was being stopped: Ctrl-C, a failed commit), and Ctrl-C during a call to the JVM (py4j
+#: logs that one on the root logger)
+PY4J_ECHOES = ("There was an exception while executing the Python Proxy",
+               "KeyboardInterrupt while sending command.")
+
+
+def _not_an_echo(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(PY4J_ECHOES)
 
 
 _ONE_LINE_ERRORS = ("ClusterUnreachable", "NoBrokersAvailable", "NoSnapshotError",

@@ -6,12 +6,25 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+import threading
 
 log = logging.getLogger("offsetlake")
 
 
 class UserError(Exception):
     """An error the user can fix; printed as one line."""
+
+
+def plain_ctrl_c() -> None:
+    """Ctrl-C as Python's own KeyboardInterrupt, not pyspark's, once the CLI's own session runs.
+
+    Why: pyspark's handler first cancels every job through the JVM, from inside whatever
+    JVM call the main thread is in (the ingest asks its query every 50 ms). py4j's socket
+    is then read re-entrantly, and both calls fail with a logged traceback each. The CLI
+    stops its query (its jobs cancelled) and its session itself."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def env(name: str, default: str | None = None) -> str | None:

@@ -19,6 +19,7 @@ from pipelines.cli.common import (
     checkpoint_or_fail,
     lake_engine,
     lake_from,
+    plain_ctrl_c,
 )
 
 log = logging.getLogger("offsetlake")
@@ -43,6 +44,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         log.info("generated %s records of cluster history under %s", manifest.counts["records"], data)
     spark = spark_session("offsetlake-demo", delta_spark=args.delta_engine == "spark",
                           own_workers=args.standalone)
+    if args.standalone:
+        plain_ctrl_c()
     check_engine(spark, args.delta_engine)
     checkpoint_or_fail(cfg)
     report = run_ingest(spark, cfg)

@@ -18,6 +18,7 @@ from pipelines.cli.common import (
     flag_env,
     gather_kafka_options,
     lake_from,
+    plain_ctrl_c,
     source_options,
 )
 from pipelines.sources.batching import DEFAULT_MAX_RECORDS_PER_BATCH
@@ -77,6 +78,8 @@ def _run_query(cfg, standalone: bool):
     indexing = index_ahead(cfg)  # while the JVM starts
     spark = spark_session("offsetlake-ingest", delta_spark=cfg.delta_engine != "delta-rs",
                           own_workers=standalone)
+    if standalone:
+        plain_ctrl_c()
     check_engine(spark, cfg.delta_engine)
     # not joined first: the query starts while the last files are indexed, and its source
     # waits for a file being indexed rather than indexing it again (SegmentIndexCache.rows)
