@@ -222,6 +222,7 @@ def _run_child(request: dict, streams: list[int], sockets: list[socket.socket], 
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, _interrupt_once)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in a fresh interpreter
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one sent meanwhile comes now
         for s in sockets:
             s.close()
@@ -280,22 +281,39 @@ def _run_module(module: str) -> int:
         return 1
 
 
+class _Terminated(Exception):
+    """SIGTERM reached the server."""
+
+
+def _terminated(signum: int, frame) -> None:
+    raise _Terminated
+
+
 def main(path: str) -> None:
     # A terminal's Ctrl-C is the CLI's to handle. Blocked, not ignored: a child inherits the
     # block, so a SIGINT its client forwards before the child set its handler waits for it.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    # A scheduler stopping its task (Airflow: SIGTERM to the process group) ends the server
+    # as its lifeline's end does, its socket's directory removed (one was left per stop)
+    signal.signal(signal.SIGTERM, _terminated)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy: no BLAS threads to fork
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)  # bound first: a client that comes early waits for the imports
     listener.listen(64)
+    terminated = False
     try:
         from pipelines.spark_workers import TASK_MODULES  # pyarrow: not in the CLI before its JVM
 
         preload((*PRELOAD, *TASK_MODULES))
         serve(listener, sys.stdin.fileno())
+    except _Terminated:
+        terminated = True
     finally:
         listener.close()
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    if terminated:  # ended by it, as without the handler
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
     os._exit(0)  # at once: a caller that reads the CLI's output waits for its standard error
 
 

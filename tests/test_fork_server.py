@@ -201,3 +201,14 @@ def test_the_server_ends_with_the_process_that_started_it(server) -> None:
     spark_fork_server.stop()  # its standard input closes, as when the CLI's process ends
     assert not _still_running(server_pid)
     assert not socket_path.parent.exists()
+
+
+def test_a_schedulers_sigterm_ends_the_server_and_its_directory(server) -> None:
+    """Airflow stops a task with SIGTERM to its process group: the server ends by it, its
+    socket's directory removed (one was left behind per stopped run)."""
+    _, env, server_pid = server
+    socket_path = Path(env[spark_fork_server.SERVER_ENV])
+    started = spark_fork_server._started[-1]
+    os.kill(server_pid, signal.SIGTERM)
+    assert started.wait(timeout=60) == -signal.SIGTERM
+    assert not socket_path.parent.exists()
