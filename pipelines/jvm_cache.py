@@ -230,17 +230,20 @@ def _room_for(path: Path) -> bool:
 _pending: list[tuple[dict, object | None]] = []
 
 
-def abandon(archive_plan: ArchivePlan | None) -> None:
-    """The JVM did not start: release the lock for the next run, and drop an archive it was
-    to map (a damaged archive crashes the JVM; a sound one is written again by a later run)."""
+def abandon(archive_plan: ArchivePlan | None, suspect: bool = True) -> None:
+    """The JVM did not start: release the lock for the next run, drop the files it was to
+    write, and drop the archives it was to map (a damaged archive crashes the JVM; a sound
+    one is written again by a later run). Not ``suspect`` (Ctrl-C during the launch): the
+    archives to map stay, since that says nothing of them, and rewriting one costs the next
+    run ~3 s and ~20 s of CPU."""
     if archive_plan is None:
         return
     if archive_plan.lock is not None:
         archive_plan.lock.unlink(missing_ok=True)
     launcher = archive_plan.launcher
-    if launcher is not None:
+    if launcher is not None and (launcher.writing is not None or suspect):
         (launcher.archive if launcher.writing is None else launcher.writing).unlink(missing_ok=True)
-    if archive_plan.writing is None:
+    if archive_plan.writing is None and suspect:
         archive_plan.archive.unlink(missing_ok=True)
         log.warning("the JVM did not start with the class archive %s; it is removed",
                     archive_plan.archive)

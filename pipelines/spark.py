@@ -13,8 +13,10 @@ import logging
 import os
 import re
 import shlex
+import signal
 import sys
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -287,8 +289,9 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     try:
         with jvm_output.forwarded():
             spark = builder.getOrCreate()
-    except BaseException:
-        jvm_cache.abandon(archive)
+    except BaseException as exc:
+        _end_failed_launch()
+        jvm_cache.abandon(archive, suspect=isinstance(exc, Exception))  # not for Ctrl-C
         raise
     finally:
         for variable in launch_env:  # nothing else this process starts sees them
@@ -300,6 +303,38 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     log.debug("Spark session: master %s, %d settings of ours, user's kept: %s",
               spark.sparkContext.master, len(settings.conf), sorted(user_conf))
     return spark
+
+
+#: what a JVM pyspark launches runs as: its scripts, then the JVM they exec
+_LAUNCH_MARKS = (b"bin/spark-submit", b"bin/spark-class", b"org.apache.spark.deploy.SparkSubmit")
+
+
+def _end_failed_launch() -> None:
+    """Kill what remains of a JVM launch that failed or was interrupted (Ctrl-C while
+    pyspark waits for its port: pyspark then removes the directory the JVM is to write its
+    port to, the JVM's main thread dies of it, and py4j's server thread, no daemon, kept it
+    alive for good: one orphaned JVM of ~450 MB per interrupted start). On Linux, by this
+    process' children (``/proc``); elsewhere nothing is done."""
+    me = os.getpid()
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return
+    for pid in map(int, entries):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                parent = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            if parent != me:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                command = fh.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if any(mark in command for mark in _LAUNCH_MARKS):
+            log.debug("ending the JVM launch that did not complete (pid %d)", pid)
+            with suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
 
 
 def _same_python(chosen: str | None) -> bool:

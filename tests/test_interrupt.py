@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,41 @@ def test_ctrl_c_ends_ingest_in_one_line_and_loses_nothing(tmp_path: Path, after:
     raw = make_engine("delta-rs", str(lake)).read("offsets_raw")
     keys = list(zip(raw.column("offsets_partition").to_pylist(), raw.column("offset").to_pylist(), strict=True))
     assert len(keys) == len(set(keys))  # no record twice
+
+
+def _in_session(sid: int) -> list[int]:
+    """The processes of session ``sid`` (zombies aside)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):  # gone meanwhile
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.8, 1.4])
+def test_ctrl_c_while_the_jvm_starts_leaves_no_process(tmp_path: Path, delay: float) -> None:
+    """Ctrl-C while pyspark waits for the JVM's port: pyspark removes the directory the JVM
+    is to write it to, the JVM's main thread dies of it, and py4j's server thread (no
+    daemon) kept the JVM alive for good. Now the launch is ended with the command."""
+    data = generated_scenario(tmp_path / "gen") / "segments"
+    run = _ingest(data, tmp_path / "lake", start_new_session=True)
+    time.sleep(delay)
+    os.killpg(run.pid, signal.SIGINT)
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 130, err[-3000:]
+    assert err == "offsetlake ingest: interrupted\n"
+    deadline = time.monotonic() + 30
+    while _in_session(run.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _in_session(run.pid)
+    commands = [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in left]
+    for pid in left:  # not to leave them to the next test either
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], commands

@@ -79,6 +79,25 @@ def test_the_users_launcher_options_are_left_alone(tmp_path, spark_home) -> None
     assert archive is not None and archive.launcher is None
 
 
+def test_a_launch_interrupted_by_ctrl_c_keeps_the_archives(tmp_path, spark_home) -> None:
+    """Ctrl-C while the JVM starts says nothing of the archives: they stay for the next
+    run (removed, the next run was ~3 s slower and wrote one again); a failed launch
+    still drops them, and either drops what was being written."""
+    env = _env(tmp_path)
+    jvm_cache.abandon(first := jvm_cache.plan(env, spark_home))
+    first.archive.write_bytes(b"archive")
+    writing_launcher = jvm_cache.plan(env, spark_home)
+    jvm_cache.abandon(writing_launcher, suspect=False)
+    assert first.archive.exists() and not writing_launcher.launcher.writing.exists()
+    writing_launcher.launcher.archive.write_bytes(b"launcher archive")
+    mapped = jvm_cache.plan(env, spark_home)
+    assert mapped.writing is None and mapped.launcher.writing is None
+    jvm_cache.abandon(mapped, suspect=False)
+    assert mapped.archive.exists() and mapped.launcher.archive.exists()
+    jvm_cache.abandon(jvm_cache.plan(env, spark_home))
+    assert not mapped.archive.exists() and not mapped.launcher.archive.exists()
+
+
 def test_a_launcher_archive_is_written_only_where_it_fits(tmp_path, spark_home, monkeypatch) -> None:
     """A JVM that cannot write its archive at exit exits 1, and spark-class fails the launch
     with it: the launcher is asked for one only where its file could be made, with room."""
