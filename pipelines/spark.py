@@ -286,11 +286,12 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
                 builder = builder.config(DAEMON_CONF, DAEMON_MODULE)
                 launch_env.update(spark_fork_server.start({**os.environ, **launch_env}))
     os.environ.update(launch_env)
+    launch_began = _ticks_since_boot()
     try:
         with jvm_output.forwarded():
             spark = builder.getOrCreate()
     except BaseException as exc:
-        _end_failed_launch()
+        _end_failed_launch(launch_began)
         jvm_cache.abandon(archive, suspect=isinstance(exc, Exception))  # not for Ctrl-C
         raise
     finally:
@@ -309,12 +310,24 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
 _LAUNCH_MARKS = (b"bin/spark-submit", b"bin/spark-class", b"org.apache.spark.deploy.SparkSubmit")
 
 
-def _end_failed_launch() -> None:
+def _ticks_since_boot() -> int | None:
+    """Now, in the clock ticks of ``/proc/<pid>/stat``'s start times (None: no ``/proc``)."""
+    try:
+        with open("/proc/uptime") as fh:
+            return int(float(fh.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError):
+        return None
+
+
+def _end_failed_launch(began: int | None) -> None:
     """Kill what remains of a JVM launch that failed or was interrupted (Ctrl-C while
     pyspark waits for its port: pyspark then removes the directory the JVM is to write its
     port to, the JVM's main thread dies of it, and py4j's server thread, no daemon, kept it
     alive for good: one orphaned JVM of ~450 MB per interrupted start). On Linux, by this
-    process' children (``/proc``); elsewhere nothing is done."""
+    process' children (``/proc``) started since the launch ``began`` (a caller's own
+    spark-submit is left alone); elsewhere nothing is done."""
+    if began is None:
+        return
     me = os.getpid()
     try:
         entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
@@ -323,8 +336,8 @@ def _end_failed_launch() -> None:
     for pid in map(int, entries):
         try:
             with open(f"/proc/{pid}/stat", "rb") as fh:
-                parent = int(fh.read().rsplit(b")", 1)[1].split()[1])
-            if parent != me:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            if int(fields[1]) != me or int(fields[19]) < began - 1:  # parent, start time
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 command = fh.read()

@@ -76,12 +76,18 @@ def start(env: dict[str, str]) -> dict[str, str]:
         return {}
     child_env = {**env, "PYTHONHASHSEED": env.get("PYTHONHASHSEED", HASH_SEED_DEFAULT),
                  "PYTHONUNBUFFERED": UNBUFFERED}
+    # started with SIGINT blocked (a child inherits its parent thread's mask through exec): a
+    # terminal's Ctrl-C during its interpreter's start printed "Fatal Python error:
+    # init_import_site" (the server blocks it in main() anyway, as the CLI's to handle)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         _started.append(subprocess.Popen([sys.executable, "-m", __name__, path], env=child_env,
                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL))
     except OSError:
         os.rmdir(folder)
         return {}
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return {SERVER_ENV: path, CLIENT_ENV: client}
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from pipelines import spark as spark_module
 from pipelines.lake.engines import make_engine
 from tests.conftest import REPO
 from tests.support.generated import generated_scenario
@@ -106,3 +107,25 @@ def test_ctrl_c_while_the_jvm_starts_leaves_no_process(tmp_path: Path, delay: fl
     for pid in left:  # not to leave them to the next test either
         os.kill(pid, signal.SIGKILL)
     assert left == [], commands
+
+
+def test_a_failed_launch_ends_only_its_own_processes(tmp_path: Path) -> None:
+    """What is killed after a failed launch: this process' children that run Spark's launch
+    scripts or its JVM and started since the launch began; a caller's own spark-submit
+    started before it is left alone."""
+    def launch_like(name: str) -> subprocess.Popen:  # a child whose command line names it
+        return subprocess.Popen(["sh", "-c", "sleep 60", f"/opt/spark/bin/{name}"])
+
+    callers = launch_like("spark-submit")
+    time.sleep(0.1)
+    began = spark_module._ticks_since_boot()
+    time.sleep(0.05)
+    ours, other = launch_like("spark-class"), subprocess.Popen(["sleep", "60"])
+    try:
+        spark_module._end_failed_launch(began)
+        ours.wait(timeout=10)  # it sleeps 60 s unless killed (and reaped: no status to see)
+        assert callers.poll() is None and other.poll() is None
+    finally:
+        for proc in (callers, ours, other):
+            proc.kill()
+            proc.wait()
