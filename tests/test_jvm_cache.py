@@ -126,7 +126,10 @@ def test_a_launcher_archive_is_written_only_where_it_fits(tmp_path, spark_home, 
     assert kept.writing is None and kept.launcher is None
 
 
-def test_a_launcher_that_wrote_nothing_leaves_nothing(tmp_path, spark_home) -> None:
+def test_a_launcher_that_wrote_nothing_leaves_nothing(tmp_path, spark_home, monkeypatch) -> None:
+    # what this test's JVM leaves to publish, not what a real session of the same worker
+    # process (an earlier test file's) left
+    monkeypatch.setattr(jvm_cache, "_pending", [])
     env = _env(tmp_path)
     jvm_cache.abandon(first := jvm_cache.plan(env, spark_home))
     first.archive.write_bytes(b"archive" * 1024)
