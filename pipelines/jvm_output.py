@@ -18,6 +18,7 @@ Why not let the JVM inherit them, as pyspark does:
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import sys
@@ -25,6 +26,8 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+log = logging.getLogger(__name__)
 
 #: the JDK's notice for the module Spark's launcher adds; the whole line, as the JDK prints it
 SPARK_MODULE_NOTICE = b"WARNING: Using incubator modules: jdk.incubator.vector\n"
@@ -128,7 +131,11 @@ def hushed() -> Iterator[None]:
     because a commit failed or Ctrl-C was pressed. (Spark 4.2 then runs a regex of its own
     over the interrupted batch's error, which overflows the stream thread's stack on a
     long one and printed ~1,100 lines of ``java.util.regex`` frames.) What the JVM wrote
-    in the block is drained before the block ends, so none of it leaks out after."""
+    in the block is drained before the block ends, so none of it leaks out after. Never
+    with DEBUG logging: the details are wanted then."""
+    if log.isEnabledFor(logging.DEBUG):
+        yield
+        return
     _hushed.set()
     try:
         yield

@@ -15,7 +15,6 @@ import queue
 import threading
 import time
 from collections import Counter
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -246,7 +245,7 @@ class Handover:
                 waiting.error = RuntimeError("ingest interrupted")
                 waiting.done.set()
             if query.isActive:  # what the JVM says while it stops is the failure's echo
-                with nullcontext() if log.isEnabledFor(logging.DEBUG) else jvm_output.hushed():
+                with jvm_output.hushed():
                     query.stop()
             raise
 

@@ -59,6 +59,9 @@ _LAUNCHER = textwrap.dedent("""
     from pipelines import jvm_output
     from pipelines.jvm_output import SPARK_MODULE_NOTICE
     scenario = sys.argv[1]
+    if sys.argv[2:] == ["debug"]:
+        import logging
+        logging.basicConfig(level=logging.DEBUG)
     jvm = {
         "quiet": "import sys; sys.stderr.buffer.write(NOTICE); sys.stderr.flush(); "
                  "print('jvm out', flush=True); sys.stderr.write('jvm err\\\\n')",
@@ -98,8 +101,8 @@ _LAUNCHER = textwrap.dedent("""
 """)
 
 
-def _launch(scenario: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", _LAUNCHER, scenario], cwd=REPO, capture_output=True,
+def _launch(scenario: str, *extra: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _LAUNCHER, scenario, *extra], cwd=REPO, capture_output=True,
                           timeout=timeout, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
 
 
@@ -130,3 +133,6 @@ def test_what_the_jvm_says_while_hushed_is_dropped_and_only_that() -> None:
     done = _launch("says")
     assert done.returncode == 0, done.stderr
     assert done.stderr == b"said before\nsaid after\n"
+    done = _launch("says", "debug")  # the details are wanted then
+    assert done.returncode == 0, done.stderr
+    assert b"said before\nits echo\nsaid after\n" in done.stderr

@@ -164,8 +164,7 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
 
         # after a failure or Ctrl-C, what the JVM says while it stops (threads interrupted
         # mid-task) is its echo, and the command said what happened
-        echo = code != 0 and not log.isEnabledFor(logging.DEBUG)
-        with jvm_output.hushed() if echo else nullcontext():
+        with jvm_output.hushed() if code != 0 else nullcontext():
             stop_spark()
     if "pipelines.jvm_cache" in sys.modules:  # a first run's JVM writes its class archive
         from pipelines import jvm_cache
