@@ -30,7 +30,6 @@ import os
 import re
 import runpy
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -287,11 +286,18 @@ def _run_module(module: str) -> int:
         return 1
 
 
-class _Terminated(Exception):
-    """SIGTERM reached the server."""
+class _Terminated(BaseException):
+    """SIGTERM reached the server. Not an ``Exception``: it lands wherever the server is,
+    most often in its imports, where ``except Exception`` (the preload's own, and libraries'
+    around optional imports) would have swallowed it and the server lived on."""
+
+
+_terminating = False  # set as well: an import's bare ``except`` may still swallow it
 
 
 def _terminated(signum: int, frame) -> None:
+    global _terminating
+    _terminating = True
     raise _Terminated
 
 
@@ -311,12 +317,16 @@ def main(path: str) -> None:
         from pipelines.spark_workers import TASK_MODULES  # pyarrow: not in the CLI before its JVM
 
         preload((*PRELOAD, *TASK_MODULES))
+        if _terminating:
+            raise _Terminated
         serve(listener, sys.stdin.fileno())
     except _Terminated:
         terminated = True
     finally:
         listener.close()
-        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        with contextlib.suppress(OSError):  # its socket, then its directory if that is empty
+            os.unlink(path)  # (not the tree: a path given by hand may sit in a shared one)
+            os.rmdir(os.path.dirname(path))
     if terminated:  # ended by it, as without the handler
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)

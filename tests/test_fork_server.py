@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -212,3 +213,44 @@ def test_a_schedulers_sigterm_ends_the_server_and_its_directory(server) -> None:
     os.kill(server_pid, signal.SIGTERM)
     assert started.wait(timeout=60) == -signal.SIGTERM
     assert not socket_path.parent.exists()
+
+
+def _imported(line: str) -> str | None:
+    """The module an ``-X importtime`` line reports imported."""
+    return line.rsplit("|", 1)[-1].strip() if line.startswith("import time:") else None
+
+
+def test_a_sigterm_during_the_servers_imports_ends_it_too(tmp_path: Path) -> None:
+    """SIGTERM most often lands while the server imports pyspark and pyarrow ahead: the
+    preload's ``except Exception`` (and libraries' around their optional imports) took it
+    for a failed import, and the server served on until its caller ended (CI: a 60 s wait,
+    then a failure). Sent here once Python reports (``-X importtime``) the module naming the
+    preload's list imported: the preload's imports still to come, as a run without the
+    signal shows."""
+    ends: dict[str, tuple[int | None, set[str]]] = {}
+    for run in ("unsignalled", "signalled"):
+        folder = tmp_path / run
+        folder.mkdir()
+        server = subprocess.Popen([sys.executable, "-m", spark_fork_server.__name__, str(folder / "socket")],
+                                  env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
+                                  stdin=subprocess.DEVNULL if run == "unsignalled" else subprocess.PIPE,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        watchdog = threading.Timer(60, server.kill)  # whatever happens, the reads below end
+        watchdog.start()
+        try:
+            assert "pipelines.spark_workers" in map(_imported, server.stderr)  # read up to it
+            if run == "signalled":
+                os.kill(server.pid, signal.SIGTERM)
+            rest = server.stderr.read()
+            ends[run] = (server.wait(timeout=60), {_imported(ln) for ln in rest.splitlines()} - {None})
+        finally:
+            watchdog.cancel()
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+        assert "could not import" not in rest
+        assert not folder.exists()  # its socket and the socket's directory removed
+    (code, preloaded), (signalled_code, reported) = ends["unsignalled"], ends["signalled"]
+    assert code == 0 and "pyspark.worker_util" in preloaded  # preloaded, then its lifeline ended
+    assert signalled_code == -signal.SIGTERM
+    assert preloaded - reported, "the preload had ended when the signal came: this test proved nothing"
