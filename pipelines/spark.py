@@ -56,20 +56,11 @@ LOCAL_LOG_LEVEL = "FATAL"  # failures reach the user as our own one-line errors
 # faster start). Given through SPARK_SUBMIT_OPTS, which spark-submit puts on the driver's
 # command line before spark.driver.extraJavaOptions: a user's own JIT flags come later and win.
 LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
-# log4j2 settings for a quiet JVM start (Spark's default profile announces itself, and its
-# "default log level" notice, printed when the root level is not WARN, and the native Hadoop
-# warning come before any setLogLevel can act); written at session start
-QUIET_LOG4J = Path(os.environ.get("TMPDIR", "/tmp")) / "offsetlake-log4j2-quiet.properties"
-QUIET_LOG4J_TEXT = """rootLogger.level = warn
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-logger.native.name = org.apache.hadoop.util.NativeCodeLoader
-logger.native.level = error
-"""
+# log4j2 settings for a quiet JVM start, a file of the package (read-only, nothing written:
+# a fixed name in a shared temporary directory was another user's to own or replace). None
+# where the package is no directory of files (run from a zip): the JVM then announces itself
+_QUIET_LOG4J_FILE = Path(__file__).with_name("log4j2-quiet.properties")
+QUIET_LOG4J = _QUIET_LOG4J_FILE if _QUIET_LOG4J_FILE.is_file() else None
 
 
 @dataclass(frozen=True)
@@ -178,9 +169,10 @@ def session_settings(user_conf: Mapping[str, str], *, master: str | None = None,
     quiet = env.get("OFFSETLAKE_SPARK_QUIET", "true") != "false"  # `offsetlake --verbose`: not
     if quiet:
         defaults["spark.ui.showConsoleProgress"] = "false"
-        if not jvm_running and not env.get("OFFSETLAKE_SPARK_LOG_LEVEL") \
+        if QUIET_LOG4J and not jvm_running and not env.get("OFFSETLAKE_SPARK_LOG_LEVEL") \
                 and not _user_log_config(env):  # no JVM start-up banner or native-hadoop warning
-            defaults["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={QUIET_LOG4J}"
+            defaults["spark.driver.extraJavaOptions"] = \
+                f"-Dlog4j2.configurationFile={shlex.quote(str(QUIET_LOG4J))}"
     if env.get("OFFSETLAKE_SPARK_DRIVER_MEMORY"):  # the user's, through our own variable
         defaults["spark.driver.memory"] = env["OFFSETLAKE_SPARK_DRIVER_MEMORY"]
     if jvm_running:
@@ -257,9 +249,6 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     user_conf, jvm_running = user_spark_conf()
     settings = session_settings(user_conf, master=master, jvm_running=jvm_running,
                                 delta_spark=delta_spark, extra_conf=extra_conf)
-    if str(QUIET_LOG4J) in settings.conf.get("spark.driver.extraJavaOptions", ""):
-        QUIET_LOG4J.write_text(QUIET_LOG4J_TEXT)
-
     builder = SparkSession.builder.appName(app_name)
     if settings.master:
         builder = builder.master(settings.master)

@@ -25,9 +25,10 @@ from tests.conftest import REPO
 from tests.support.generated import generated_scenario
 
 
-def _ingest(data: Path, lake: Path, *extra: str, **popen) -> subprocess.Popen:
+def _ingest(data: Path, lake: Path, *extra: str, env_extra: dict[str, str] | None = None,
+            **popen) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETLAKE_SPARK_")}
-    env["PYTHONPATH"] = str(REPO)
+    env.update(PYTHONPATH=str(REPO), **(env_extra or {}))
     return subprocess.Popen([sys.executable, "-m", "pipelines.cli", *extra, "ingest", "--source", "segments",
                              "--path", str(data), "--lake", str(lake), "--max-records-per-batch", "300"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
@@ -107,6 +108,50 @@ def test_ctrl_c_while_the_jvm_starts_leaves_no_process(tmp_path: Path, delay: fl
     for pid in left:  # not to leave them to the next test either
         os.kill(pid, signal.SIGKILL)
     assert left == [], commands
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_schedulers_sigterm_ends_ingest_and_leaves_nothing(tmp_path: Path) -> None:
+    """Airflow stops a task (a timeout, "mark failed") with SIGTERM to its process group: the
+    run ends by it at once, no process of it lives on and nothing of it stays in the
+    temporary directory (the fork server's socket directory did, and a server that got the
+    signal while it imported lived on), and the next run finishes exactly once."""
+    data = generated_scenario(tmp_path / "gen") / "segments"
+    lake, scratch = tmp_path / "lake", tmp_path / "tmp"
+    scratch.mkdir()
+    run = _ingest(data, lake, "--log-level", "INFO", start_new_session=True, env_extra={"TMPDIR": str(scratch)})
+    for line in run.stderr:
+        if "batch 2:" in line:
+            break
+    else:
+        pytest.fail("the run ended before its second batch")
+    os.killpg(run.pid, signal.SIGTERM)
+    run.communicate(timeout=300)
+    assert run.returncode == -signal.SIGTERM
+    deadline = time.monotonic() + 30
+    while _in_session(run.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _in_session(run.pid)
+    commands = [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in left]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], commands
+    assert sorted(p.name for p in scratch.iterdir()) == []
+
+    again = _ingest(data, lake)
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err[-3000:]
+    raw = make_engine("delta-rs", str(lake)).read("offsets_raw")
+    keys = list(zip(raw.column("offsets_partition").to_pylist(), raw.column("offset").to_pylist(), strict=True))
+    assert len(keys) == len(set(keys)) > 0  # no record twice
+    whole = _ingest(data, tmp_path / "whole")
+    _, err = whole.communicate(timeout=600)
+    assert whole.returncode == 0, err[-3000:]
+    for table in ("offsets_raw", "group_generations", "committed_offsets"):
+        resumed = make_engine("delta-rs", str(lake)).read(table)
+        straight = make_engine("delta-rs", str(tmp_path / "whole")).read(table)
+        assert resumed.num_rows == straight.num_rows > 0, table
 
 
 def test_a_failed_launch_ends_only_its_own_processes(tmp_path: Path) -> None:

@@ -72,6 +72,8 @@ def test_wheel_holds_every_package_and_schema(install: WheelInstall) -> None:
     assert b"OFFSETLAKE_SPARK_FORK_CLIENT" in launcher.read_bytes()
     # what it runs for `-m` commands, by path (pipelines/spark_fork_server.py)
     assert "pipelines/spark_fork_client.py" in names
+    # the JVM's quiet logging settings, named by path (no file written at run time)
+    assert "pipelines/log4j2-quiet.properties" in names
 
 
 def test_imports_only_from_the_wheel(install: WheelInstall, outside: Path) -> None:
@@ -160,6 +162,7 @@ def test_ingest_snapshot_reconcile_from_the_wheel(install: WheelInstall, outside
     out = run([install.offsetlake, "ingest", "--source", "segments", "--path", data,
                "--lake", lake, "--cluster-id", "gen"], outside, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr == ""  # quiet as from the checkout: the JVM's settings ship in the wheel
     summary = json.loads(out.stdout)
     counts = manifest.counts
     tombstones = sum(counts["tombstones_by_type"].values())

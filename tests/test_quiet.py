@@ -20,6 +20,7 @@ from tests.support.generated import generated_scenario
 def test_spark_console_progress_and_banners_off_unless_verbose() -> None:
     quiet = session_settings({}, env={})
     assert quiet.conf["spark.ui.showConsoleProgress"] == "false"
+    assert QUIET_LOG4J is not None and "rootLogger.level = warn" in QUIET_LOG4J.read_text()
     assert str(QUIET_LOG4J) in quiet.conf["spark.driver.extraJavaOptions"]
     verbose = session_settings({}, env={"OFFSETLAKE_SPARK_QUIET": "false"})
     assert "spark.ui.showConsoleProgress" not in verbose.conf
