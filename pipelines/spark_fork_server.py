@@ -135,8 +135,6 @@ def serve(listener: socket.socket, lifeline: int) -> None:
     while True:
         clients = [c for c in children.values() if c is not None]
         ready, _, _ = select.select([listener, wake_r, lifeline, *clients], [], [])
-        if lifeline in ready and not os.read(lifeline, 512):
-            return
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 512)
@@ -147,6 +145,8 @@ def serve(listener: socket.socket, lifeline: int) -> None:
                     os.kill(pid, signal.SIGKILL)
                 conn.close()
                 children[pid] = None
+        if lifeline in ready and not os.read(lifeline, 512):  # after the ended clients' children
+            return
         if listener in ready:
             conn, _ = listener.accept()
             try:

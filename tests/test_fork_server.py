@@ -158,7 +158,10 @@ def _still_running(pid: int) -> bool:
     return True
 
 
-def test_a_killed_client_takes_its_child_with_it(server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("server_ends_next", [False, True])
+def test_a_killed_client_takes_its_child_with_it(server, tmp_path: Path, server_ends_next: bool) -> None:
+    """Also when the server's own end is seen at the same time (the CLI's process ended just
+    after the JVM's): the child lived on, a minute here, and wrote to a closed pipe."""
     launcher, env, server_pid = server
     proc = subprocess.Popen([launcher, "-m", "probe_mod"], env={**env, "PROBE_WAIT": "1"}, cwd=tmp_path,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
@@ -166,6 +169,8 @@ def test_a_killed_client_takes_its_child_with_it(server, tmp_path: Path) -> None
     assert _parent(child) == server_pid
     proc.kill()  # SIGKILL: nothing to forward; the server sees the client's end
     proc.wait(timeout=60)
+    if server_ends_next:
+        spark_fork_server.stop()
     assert not _still_running(child)
 
 
