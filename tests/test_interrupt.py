@@ -120,7 +120,8 @@ def test_a_schedulers_sigterm_ends_ingest_and_leaves_nothing(tmp_path: Path) -> 
     data = generated_scenario(tmp_path / "gen") / "segments"
     lake, scratch = tmp_path / "lake", tmp_path / "tmp"
     scratch.mkdir()
-    run = _ingest(data, lake, "--log-level", "INFO", start_new_session=True, env_extra={"TMPDIR": str(scratch)})
+    run = _ingest(data, lake, "--log-level", "INFO", start_new_session=True,
+                  env_extra={"TMPDIR": str(scratch), "SPARK_LOCAL_DIRS": str(scratch)})  # Spark's too
     for line in run.stderr:
         if "batch 2:" in line:
             break
