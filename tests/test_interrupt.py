@@ -34,6 +34,24 @@ def _ingest(data: Path, lake: Path, *extra: str, env_extra: dict[str, str] | Non
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
+def _rerun_equals_one_whole_run(data: Path, lake: Path, whole: Path) -> None:
+    """The next run over the stopped one's lake ends as one uninterrupted run of the same
+    files does, and holds no record twice."""
+    again = _ingest(data, lake)
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err[-3000:]
+    straight = _ingest(data, whole)
+    _, err = straight.communicate(timeout=600)
+    assert straight.returncode == 0, err[-3000:]
+    for table in ("offsets_raw", "group_generations", "committed_offsets"):
+        resumed = make_engine("delta-rs", str(lake)).read(table)
+        expected = make_engine("delta-rs", str(whole)).read(table)
+        assert resumed.num_rows == expected.num_rows > 0, table
+    raw = make_engine("delta-rs", str(lake)).read("offsets_raw")
+    keys = list(zip(raw.column("offsets_partition").to_pylist(), raw.column("offset").to_pylist(), strict=True))
+    assert len(keys) == len(set(keys))  # no record twice
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("after", ["batch 1:", "batch 3:"])
@@ -57,19 +75,7 @@ def test_ctrl_c_ends_ingest_in_one_line_and_loses_nothing(tmp_path: Path, after:
              or line.startswith("\tat ") or "ERROR" in line]
     assert noise == [], rest[-3000:]
 
-    again = _ingest(data, lake)
-    _, err = again.communicate(timeout=600)
-    assert again.returncode == 0, err[-3000:]
-    whole = _ingest(data, tmp_path / "whole")  # the same files in one uninterrupted run
-    _, err = whole.communicate(timeout=600)
-    assert whole.returncode == 0, err[-3000:]
-    for table in ("offsets_raw", "group_generations", "committed_offsets"):
-        resumed = make_engine("delta-rs", str(lake)).read(table)
-        straight = make_engine("delta-rs", str(tmp_path / "whole")).read(table)
-        assert resumed.num_rows == straight.num_rows > 0, table
-    raw = make_engine("delta-rs", str(lake)).read("offsets_raw")
-    keys = list(zip(raw.column("offsets_partition").to_pylist(), raw.column("offset").to_pylist(), strict=True))
-    assert len(keys) == len(set(keys))  # no record twice
+    _rerun_equals_one_whole_run(data, lake, tmp_path / "whole")
 
 
 def _in_session(sid: int) -> list[int]:
@@ -86,6 +92,19 @@ def _in_session(sid: int) -> list[int]:
     return found
 
 
+def _assert_session_ends(sid: int) -> None:
+    """Every process of session ``sid`` ends within 30 s (any left is killed, not to be left
+    to the next test either)."""
+    deadline = time.monotonic() + 30
+    while _in_session(sid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _in_session(sid)
+    commands = [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in left]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], commands
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.8, 1.4])
@@ -100,14 +119,7 @@ def test_ctrl_c_while_the_jvm_starts_leaves_no_process(tmp_path: Path, delay: fl
     _, err = run.communicate(timeout=300)
     assert run.returncode == 130, err[-3000:]
     assert err == "offsetlake ingest: interrupted\n"
-    deadline = time.monotonic() + 30
-    while _in_session(run.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = _in_session(run.pid)
-    commands = [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in left]
-    for pid in left:  # not to leave them to the next test either
-        os.kill(pid, signal.SIGKILL)
-    assert left == [], commands
+    _assert_session_ends(run.pid)
 
 
 @pytest.mark.spark
@@ -130,29 +142,10 @@ def test_a_schedulers_sigterm_ends_ingest_and_leaves_nothing(tmp_path: Path) -> 
     os.killpg(run.pid, signal.SIGTERM)
     run.communicate(timeout=300)
     assert run.returncode == -signal.SIGTERM
-    deadline = time.monotonic() + 30
-    while _in_session(run.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = _in_session(run.pid)
-    commands = [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in left]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert left == [], commands
+    _assert_session_ends(run.pid)
     assert sorted(p.name for p in scratch.iterdir()) == []
 
-    again = _ingest(data, lake)
-    _, err = again.communicate(timeout=600)
-    assert again.returncode == 0, err[-3000:]
-    raw = make_engine("delta-rs", str(lake)).read("offsets_raw")
-    keys = list(zip(raw.column("offsets_partition").to_pylist(), raw.column("offset").to_pylist(), strict=True))
-    assert len(keys) == len(set(keys)) > 0  # no record twice
-    whole = _ingest(data, tmp_path / "whole")
-    _, err = whole.communicate(timeout=600)
-    assert whole.returncode == 0, err[-3000:]
-    for table in ("offsets_raw", "group_generations", "committed_offsets"):
-        resumed = make_engine("delta-rs", str(lake)).read(table)
-        straight = make_engine("delta-rs", str(tmp_path / "whole")).read(table)
-        assert resumed.num_rows == straight.num_rows > 0, table
+    _rerun_equals_one_whole_run(data, lake, tmp_path / "whole")
 
 
 def test_a_failed_launch_ends_only_its_own_processes(tmp_path: Path) -> None:
