@@ -324,9 +324,9 @@ def main(path: str) -> None:
         terminated = True
     finally:
         listener.close()
-        with contextlib.suppress(OSError):  # its socket, then its directory if that is empty
-            os.unlink(path)  # (not the tree: a path given by hand may sit in a shared one)
-            os.rmdir(os.path.dirname(path))
+        for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+            with contextlib.suppress(OSError):  # its socket, then its directory if empty (not
+                remove(target)  # the tree: a path given by hand may sit in a shared one)
     if terminated:  # ended by it, as without the handler
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
