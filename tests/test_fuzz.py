@@ -6,7 +6,9 @@ golden scenario-a recording (when ../shared is there).
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -31,8 +33,11 @@ SOURCES = ("generated", "scenario-a")
 
 @cache
 def generated() -> Path:
-    """One generated scenario per test process (5 partitions, none/gzip/zstd)."""
-    return generated_scenario(Path(tempfile.mkdtemp(prefix="offsetlake-fuzz-")))
+    """One generated scenario per test process (5 partitions, none/gzip/zstd), removed when
+    the process ends (a function for Hypothesis' tests, not a fixture; one stayed per run)."""
+    folder = tempfile.mkdtemp(prefix="offsetlake-fuzz-")
+    atexit.register(shutil.rmtree, folder, True)
+    return generated_scenario(Path(folder))
 
 
 def _records(source: str) -> list[tuple[bytes, bytes | None]]:

@@ -139,8 +139,11 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStore]:
     port = free_port()
     workdir = tmp_path_factory.mktemp("azurite")  # its cwd: where a debug log would go
     stderr = (workdir / "azurite.err").open("w")
+    # --disableTelemetry: Azurite collects telemetry by default; offline it queued it in
+    # $TMPDIR/Microsoft-AzureMonitor-*, a directory left per test session
     proc = subprocess.Popen([binary, "--inMemoryPersistence", "--blobHost", "127.0.0.1",
-                             "--blobPort", str(port), "--skipApiVersionCheck", "--loose"],
+                             "--blobPort", str(port), "--skipApiVersionCheck", "--loose",
+                             "--disableTelemetry"],
                             cwd=workdir, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         try:
