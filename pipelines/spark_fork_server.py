@@ -312,22 +312,20 @@ def main(path: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)  # bound first: a client that comes early waits for the imports
     listener.listen(64)
-    terminated = False
     try:
         from pipelines.spark_workers import TASK_MODULES  # pyarrow: not in the CLI before its JVM
 
         preload((*PRELOAD, *TASK_MODULES))
-        if _terminating:
-            raise _Terminated
-        serve(listener, sys.stdin.fileno())
-    except _Terminated:
-        terminated = True
+        if not _terminating:  # an import's bare ``except`` may have swallowed _Terminated
+            serve(listener, sys.stdin.fileno())
+    except _Terminated:  # ends it below, once its socket is removed
+        pass
     finally:
         listener.close()
         for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
             with contextlib.suppress(OSError):  # its socket, then its directory if empty (not
                 remove(target)  # the tree: a path given by hand may sit in a shared one)
-    if terminated:  # ended by it, as without the handler
+    if _terminating:  # ended by it, as without the handler
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
     os._exit(0)  # at once: a caller that reads the CLI's output waits for its standard error
