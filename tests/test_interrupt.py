@@ -34,6 +34,17 @@ def _ingest(data: Path, lake: Path, *extra: str, env_extra: dict[str, str] | Non
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
+def _read_until(run: subprocess.Popen, marker: str) -> None:
+    """Read the run's standard error up to the first line holding ``marker`` (a batch's
+    log line: the moment to send the signal)."""
+    seen = []
+    for line in run.stderr:
+        seen.append(line)
+        if marker in line:
+            return
+    pytest.fail("the run ended before " + marker + ": " + "".join(seen)[-2000:])
+
+
 def _rerun_equals_one_whole_run(data: Path, lake: Path, whole: Path) -> None:
     """The next run over the stopped one's lake ends as one uninterrupted run of the same
     files does, and holds no record twice."""
@@ -60,13 +71,7 @@ def test_ctrl_c_ends_ingest_in_one_line_and_loses_nothing(tmp_path: Path, after:
     lake = tmp_path / "lake"
     # our batch lines (INFO), to time the key; the JVM as quiet as by default (no progress bar)
     run = _ingest(data, lake, "--log-level", "INFO", start_new_session=True)
-    seen = []
-    for line in run.stderr:
-        seen.append(line)
-        if after in line:
-            break
-    else:
-        pytest.fail("the run ended before " + after + ": " + "".join(seen)[-2000:])
+    _read_until(run, after)
     os.killpg(run.pid, signal.SIGINT)  # what a terminal does
     _, rest = run.communicate(timeout=300)
     assert run.returncode == 130, rest[-3000:]
@@ -134,11 +139,7 @@ def test_a_schedulers_sigterm_ends_ingest_and_leaves_nothing(tmp_path: Path) -> 
     scratch.mkdir()
     run = _ingest(data, lake, "--log-level", "INFO", start_new_session=True,
                   env_extra={"TMPDIR": str(scratch), "SPARK_LOCAL_DIRS": str(scratch)})  # Spark's too
-    for line in run.stderr:
-        if "batch 2:" in line:
-            break
-    else:
-        pytest.fail("the run ended before its second batch")
+    _read_until(run, "batch 2:")
     os.killpg(run.pid, signal.SIGTERM)
     run.communicate(timeout=300)
     assert run.returncode == -signal.SIGTERM
