@@ -22,7 +22,10 @@ from pipelines.demo import generate_cluster
 from tests.support.decode_oracle import oracle_decode
 
 REPO = Path(__file__).resolve().parents[1]
-HEAVY = ("pandas", "pyspark", "deltalake", "great_expectations", "kafka", "pyarrow.dataset")
+# importlib.metadata: reading installed distributions' metadata (~10-25 ms of the start) is for
+# --version alone (pipelines/cli/parser.py; crc32c's own __init__ does it too: framing.py)
+HEAVY = ("pandas", "pyspark", "deltalake", "great_expectations", "kafka", "pyarrow.dataset",
+         "importlib.metadata")
 # run() ends the process with os._exit: the probe reports sys.modules from inside that call
 _PROBE = """
 import os, sys

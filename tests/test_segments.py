@@ -491,6 +491,18 @@ def test_random_damage_never_raises(sample: tuple, scenario_a: Path) -> None:
         assert decode(rng.randbytes(20_000))[0] == []
 
 
+def test_crc32c_is_the_packages_c_function_loaded_on_its_own() -> None:
+    """framing loads crc32c's extension without the package's __init__ (which reads its
+    distribution's metadata at import): still CRC-32C, by the algorithm's published check
+    value (RFC 3720 B.4, "123456789"), from the C code, on bytes and buffers alike."""
+    import crc32c as package
+
+    assert framing.crc32c(b"123456789") == 0xE3069283
+    assert type(framing.crc32c).__name__ == "builtin_function_or_method"
+    data = random.Random(7).randbytes(4096)
+    assert framing.crc32c(memoryview(data)[5:]) == package.crc32c(data[5:])
+
+
 def test_decompression_failure_is_reported_and_skipped() -> None:
     good1 = encode_batch([NewRecord(0, 1000, b"k0", b"v0")], base_offset=0)
     bad = bytearray(
