@@ -122,6 +122,41 @@ def test_codec_equals_the_old_codec_on_damaged_group_records(generated: dict[str
     assert {"ok", "tombstone", "parse_error"} <= statuses
 
 
+def test_assignment_tails_decode_once_and_errors_every_time(generated: dict[str, Path]) -> None:
+    """A KIP-848 member's current assignment (type 8) is decoded epoch by epoch, its
+    partitions once per distinct tail bytes (pipelines/decode/codegen.py): values that differ
+    in their epochs only share the decoded partitions and equal the old codec's; a damaged
+    tail fails each time with the same message; a full memo starts over."""
+    from pipelines.decode import codegen
+    from pipelines.decode.records import encode_value
+
+    raw = _raw(generated["heavy"])
+    pairs = [(k, v) for k, v in zip(raw.column("key").to_pylist(), raw.column("value").to_pylist(), strict=True)
+             if k and v and k[:2] == b"\x00\x08"]
+    assert pairs, "the group-heavy history holds no type-8 record"
+    key, value = pairs[0]
+    fields = decode_record(key, value).value
+    assert fields["assigned_partitions"], fields
+    twins = [encode_value(8, 0, {**fields, "member_epoch": epoch, "previous_member_epoch": epoch - 1})
+             for epoch in (7001, 7002)]
+    assert twins[0][11:] == twins[1][11:] and twins[0] != twins[1]
+    decoded = [decode_record(key, v) for v in twins]
+    for new, v in zip(decoded, twins, strict=True):
+        _assert_same_record(new, codec_oracle.decode_record(key, v), f"{v!r}")
+    assert [r.value["member_epoch"] for r in decoded] == [7001, 7002]
+    assert decoded[0].value["assigned_partitions"] is decoded[1].value["assigned_partitions"]
+    broken = twins[0][:-3]  # the tail cut short: no memo entry may answer for it
+    for _ in range(2):
+        new = decode_record(key, broken)
+        assert new.decode_status == "legacy_layout" and new.value is None  # KIP-848: early layouts
+        _assert_same_record(new, codec_oracle.decode_record(key, broken), f"{broken!r}")
+    topic = fields["assigned_partitions"][0]["topic_id"]
+    many = [encode_value(8, 0, {**fields, "assigned_partitions": [{"topic_id": topic, "partitions": [n]}]})
+            for n in range(codegen.TAIL_MEMO_SIZE + 10)]
+    for v in [*many, *many[:20]]:
+        _assert_same_record(decode_record(key, v), codec_oracle.decode_record(key, v), f"{v!r}")
+
+
 @pytest.mark.parametrize("source", SOURCES)
 def test_group_history_equals_the_old_path(source: str, generated: dict[str, Path]) -> None:
     raw = _raw(_source(source, generated))

@@ -32,6 +32,10 @@ UNKNOWN_TAGS = "_unknown_tagged_fields"
 TAGS_ABSENT = "_tagged_section_absent"
 EXPLICIT_DEFAULT_TAGS = "_tags_written_at_default"
 
+#: distinct tails remembered per value decoder (:meth:`_Generator.memoized_tail`); all
+#: forgotten at once when full (a log whose tails never repeat keeps paying one lookup)
+TAIL_MEMO_SIZE = 4096
+
 #: type -> (struct format character, size) of the fixed-width integers.
 _INTS = {"int8": ("b", 1), "int16": ("h", 2), "uint16": ("H", 2), "int32": ("i", 4),
          "int64": ("q", 8)}
@@ -75,6 +79,19 @@ def struct_decoder(fields: tuple[FieldSpec, ...], version: int, flexible: bool,
     return gen.build(name)
 
 
+def _fixed_head(present: list[FieldSpec], flexible: bool) -> int:
+    """How many leading fields of a value are plain fixed-width integers, when an array or a
+    struct follows them (0 otherwise: nothing worth remembering). A tagged or optional
+    trailing field ends the head."""
+    head = 0
+    while head < len(present) and present[head].type in _INTS and present[head].tag is None \
+            and not present[head].optional_trailing:
+        head += 1
+    tail = [f for f in present[head:] if f.tag is None or flexible]
+    worth = any(f.type.startswith("[]") or f.type == "struct" for f in tail)
+    return head if head and worth else 0
+
+
 class _Generator:
     """Collects generated functions and the constants they refer to in one namespace."""
 
@@ -114,6 +131,39 @@ class _Generator:
     def struct(self, fields: tuple[FieldSpec, ...], version: int, flexible: bool,
                top_level: bool) -> str:
         present = [f for f in fields if version in f.versions]
+        head = _fixed_head(present, flexible)
+        if top_level and head:
+            return self.memoized_tail(present, head, version, flexible)
+        return self.function("s", self.struct_body(present, version, flexible, top_level))
+
+    def memoized_tail(self, present: list[FieldSpec], head: int, version: int,
+                      flexible: bool) -> str:
+        """A value whose leading fields are fixed-width integers (epochs, states) and the
+        rest collections: the head read inline, the rest decoded once per distinct tail
+        bytes and shared (read-only, like every value the decoder shares).
+
+        Why: a KIP-848 member's current assignment is rewritten at every epoch with the
+        same partitions; on a group-heavy history 69k distinct values of that type hold
+        149 distinct tails. The rest's fields follow the head's in the dict, as the plain
+        decoder orders them; a tail that does not decode raises as it always did (errors
+        are not remembered, and decoding the rest reads from the same position of the
+        same buffer, so messages are identical)."""
+        rest = self.function("r", self.struct_body(present[head:], version, flexible, True))
+        memo = self.const({})
+        body = ["out = {}"]
+        for f in present[:head]:
+            body.extend(self.fixed(f.type, f"out[{f.name!r}]"))
+        body += ["tail = bytes(buf[pos:])", f"hit = {memo}.get(tail)", "if hit is None:",
+                 f"    rest, end = {rest}(buf, pos)",
+                 f"    if len({memo}) >= {TAIL_MEMO_SIZE}:", f"        {memo}.clear()",
+                 f"    {memo}[tail] = (rest, end - pos)", "else:", "    rest, used = hit",
+                 "    end = pos + used", "out.update(rest)", "return out, end"]
+        return self.function("s", body)
+
+    def struct_body(self, present: list[FieldSpec], version: int, flexible: bool,
+                    top_level: bool) -> list[str]:
+        """The lines decoding ``present`` into a new dict ``out`` (its tagged-field section
+        after them when ``flexible``), returning ``out, pos``."""
         body = ["out = {}"]
         tagged: dict[int, tuple[str, Any, Decoder]] = {}
         for f in present:
@@ -143,7 +193,7 @@ class _Generator:
             else:
                 body.extend(section)
         body.append("return out, pos")
-        return self.function("s", body)
+        return body
 
     def field_decoder(self, spec: FieldSpec, version: int, flexible: bool,
                       tagged: bool = False) -> Decoder:

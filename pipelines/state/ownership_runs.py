@@ -283,7 +283,8 @@ class _Listing:
         ids = [id(value) if value else 0 for value in mine]  # the events keep the values alive
         by_id = dict(zip(ids, mine, strict=True))
         place = {i: j for j, i in enumerate(by_id)}
-        listed = [assignment_keys(value or {}, self.names) for value in by_id.values()]
+        held: dict[tuple[int, int], tuple[list[str], list[int]]] = {}  # the values are alive
+        listed = [assignment_keys(value or {}, self.names, held) for value in by_id.values()]
         which = np.array([place[i] for i in ids], np.int64)
         n = len(listed)
         distinct = KeyGroups(np.zeros(n, np.int64), np.array([epoch for epoch, _, _ in listed], np.int64),
