@@ -126,7 +126,8 @@ def test_assignment_tails_decode_once_and_errors_every_time(generated: dict[str,
     """A KIP-848 member's current assignment (type 8) is decoded epoch by epoch, its
     partitions once per distinct tail bytes (pipelines/decode/codegen.py): values that differ
     in their epochs only share the decoded partitions and equal the old codec's; a damaged
-    tail fails each time with the same message; a full memo starts over."""
+    tail fails each time with the same message; more tails than the memo keeps, and tails
+    too long to keep, decode as ever."""
     from pipelines.decode import codegen
     from pipelines.decode.records import encode_value
 
@@ -155,6 +156,14 @@ def test_assignment_tails_decode_once_and_errors_every_time(generated: dict[str,
             for n in range(codegen.TAIL_MEMO_SIZE + 10)]
     for v in [*many, *many[:20]]:
         _assert_same_record(decode_record(key, v), codec_oracle.decode_record(key, v), f"{v!r}")
+    wide = [{"topic_id": topic, "partitions": list(range(codegen.TAIL_MEMO_BYTES // 4))}]
+    long_twins = [encode_value(8, 0, {**fields, "member_epoch": epoch, "assigned_partitions": wide})
+                  for epoch in (7003, 7004)]
+    assert len(long_twins[0]) - 11 > codegen.TAIL_MEMO_BYTES
+    decoded = [decode_record(key, v) for v in long_twins]
+    for new, v in zip(decoded, long_twins, strict=True):
+        _assert_same_record(new, codec_oracle.decode_record(key, v), "a long tail")
+    assert decoded[0].value["assigned_partitions"] is not decoded[1].value["assigned_partitions"]
 
 
 @pytest.mark.parametrize("source", SOURCES)

@@ -14,6 +14,7 @@ and builds dicts with the same keys in the same order.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import struct
 from collections.abc import Callable
 from itertools import count
@@ -32,9 +33,10 @@ UNKNOWN_TAGS = "_unknown_tagged_fields"
 TAGS_ABSENT = "_tagged_section_absent"
 EXPLICIT_DEFAULT_TAGS = "_tags_written_at_default"
 
-#: distinct tails remembered per value decoder (:meth:`_Generator.memoized_tail`); all
-#: forgotten at once when full (a log whose tails never repeat keeps paying one lookup)
-TAIL_MEMO_SIZE = 4096
+#: the tails (and their size) each value decoder remembers (:meth:`_Generator.memoized_tail`):
+#: ~20 MB at most per decoder, for a log whose tails are all long and distinct
+TAIL_MEMO_SIZE = 1024
+TAIL_MEMO_BYTES = 2048
 
 #: type -> (struct format character, size) of the fixed-width integers.
 _INTS = {"int8": ("b", 1), "int16": ("h", 2), "uint16": ("H", 2), "int32": ("i", 4),
@@ -101,7 +103,7 @@ class _Generator:
             "read_uvarint": wire.read_uvarint, "read_string": wire.read_string,
             "read_compact_string": wire.read_compact_string, "read_bytes": wire.read_bytes,
             "read_compact_bytes": wire.read_compact_bytes, "uuid_to_str": wire.uuid_to_str,
-            "read_tagged": read_tagged, "TAGS_ABSENT": TAGS_ABSENT,
+            "read_tagged": read_tagged, "TAGS_ABSENT": TAGS_ABSENT, "lru_cache": functools.lru_cache,
         }
         for ftype, (char, _size) in _INTS.items():
             self.ns[f"u_{ftype}"] = struct.Struct(">" + char).unpack_from
@@ -140,24 +142,26 @@ class _Generator:
                       flexible: bool) -> str:
         """A value whose leading fields are fixed-width integers (epochs, states) and the
         rest collections: the head read inline, the rest decoded once per distinct tail
-        bytes and shared (read-only, like every value the decoder shares).
+        bytes (the last :data:`TAIL_MEMO_SIZE` of up to :data:`TAIL_MEMO_BYTES` each) and
+        shared, read-only like every value the decoder shares.
 
         Why: a KIP-848 member's current assignment is rewritten at every epoch with the
         same partitions; on a group-heavy history 69k distinct values of that type hold
         149 distinct tails. The rest's fields follow the head's in the dict, as the plain
-        decoder orders them; a tail that does not decode raises as it always did (errors
-        are not remembered, and decoding the rest reads from the same position of the
-        same buffer, so messages are identical)."""
+        decoder orders them. A tail that does not decode is decoded again in place, so that
+        it fails as it always did, its message naming its position in the value (a failure
+        is never remembered)."""
         rest = self.function("r", self.struct_body(present[head:], version, flexible, True))
-        memo = self.const({})
+        memo = f"m{next(self.ids)}"
+        self.sources.append(f"{memo} = lru_cache(maxsize={TAIL_MEMO_SIZE})(lambda tail: {rest}(tail, 0))")
         body = ["out = {}"]
         for f in present[:head]:
             body.extend(self.fixed(f.type, f"out[{f.name!r}]"))
-        body += ["tail = bytes(buf[pos:])", f"hit = {memo}.get(tail)", "if hit is None:",
-                 f"    rest, end = {rest}(buf, pos)",
-                 f"    if len({memo}) >= {TAIL_MEMO_SIZE}:", f"        {memo}.clear()",
-                 f"    {memo}[tail] = (rest, end - pos)", "else:", "    rest, used = hit",
-                 "    end = pos + used", "out.update(rest)", "return out, end"]
+        body += [f"if nb - pos > {TAIL_MEMO_BYTES}:", f"    rest, end = {rest}(buf, pos)",
+                 "else:", "    try:", f"        rest, used = {memo}(bytes(buf[pos:]))",
+                 "    except Exception:", f"        rest, used = {rest}(buf, pos)",
+                 "        used -= pos", "    end = pos + used", "out.update(rest)",
+                 "return out, end"]
         return self.function("s", body)
 
     def struct_body(self, present: list[FieldSpec], version: int, flexible: bool,
