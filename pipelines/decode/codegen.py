@@ -34,9 +34,10 @@ TAGS_ABSENT = "_tagged_section_absent"
 EXPLICIT_DEFAULT_TAGS = "_tags_written_at_default"
 
 #: the tails (and their size) each value decoder remembers (:meth:`_Generator.memoized_tail`):
-#: ~20 MB at most per decoder, for a log whose tails are all long and distinct
+#: ~15 MB at most per decoder (measured), for a log whose tails are all as long as kept and
+#: distinct; a member's assignment of a few topics takes ~50-300 bytes
 TAIL_MEMO_SIZE = 1024
-TAIL_MEMO_BYTES = 2048
+TAIL_MEMO_BYTES = 512
 
 #: type -> (struct format character, size) of the fixed-width integers.
 _INTS = {"int8": ("b", 1), "int16": ("h", 2), "uint16": ("H", 2), "int32": ("i", 4),
