@@ -102,7 +102,7 @@ def lengths(lists: pa.Array) -> np.ndarray:
 
 
 def assignment_keys(value: dict[str, Any], names: dict[str, str],
-                    listed: dict[tuple[int, int], Owned] | None = None) -> tuple[int, list[str], list[int]]:
+                    listed: dict[tuple[int, int], Owned]) -> tuple[int, list[str], list[int]]:
     """A KIP-848 assignment as the replay lists it: its member epoch, and the topics and the
     partitions of its keys (:func:`member_owned`).
 
@@ -110,8 +110,6 @@ def assignment_keys(value: dict[str, Any], names: dict[str, str],
     caller that holds the values alive meanwhile: the decoder shares those lists between the
     values that differ in their epochs only (pipelines/decode/codegen.py), so each distinct
     assignment is listed once (group-heavy history: ~69k values, ~150 distinct)."""
-    if listed is None:
-        return (value.get("member_epoch", 0), *member_owned(value, names))
     held = (id(value.get("assigned_partitions")), id(value.get("partitions_pending_revocation")))
     owned = listed.get(held)
     if owned is None:
