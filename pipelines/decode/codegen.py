@@ -160,9 +160,9 @@ class _Generator:
             body.extend(self.fixed(f.type, f"out[{f.name!r}]"))
         body += [f"if nb - pos > {TAIL_MEMO_BYTES}:", f"    rest, end = {rest}(buf, pos)",
                  "else:", "    try:", f"        rest, used = {memo}(bytes(buf[pos:]))",
-                 "    except Exception:", f"        rest, used = {rest}(buf, pos)",
-                 "        used -= pos", "    end = pos + used", "out.update(rest)",
-                 "return out, end"]
+                 "    except Exception:  # fails again, in place",
+                 f"        rest, end = {rest}(buf, pos)", "    else:", "        end = pos + used",
+                 "out.update(rest)", "return out, end"]
         return self.function("s", body)
 
     def struct_body(self, present: list[FieldSpec], version: int, flexible: bool,
