@@ -158,29 +158,31 @@ def coordinator_epoch_of(value: bytes | None) -> int | None:
 # Compression
 # --------------------------------------------------------------------------------------------
 
-def _load_crc32c() -> Any:
-    """The ``crc32c`` package's C function, its extension module loaded on its own.
+def _without_package(package: str, names: list[str], module_name: str) -> Any:
+    """The first of ``names`` found as a file of ``package``, loaded as a module of its own
+    (as ``module_name``) without running the package's ``__init__``; None when none is a
+    plain file there (the caller then imports it the ordinary way).
 
-    Why: ``crc32c/__init__.py`` looks up the package's own version with
-    ``importlib.metadata`` (which imports ``email`` and reads the installed distributions):
-    ~25 ms of every command's start, a tenth of ``offsetlake decode --stats``. The extension
-    needs nothing of its package. Falls back to the ordinary import when it is not a plain
-    file beside the package's ``__init__``."""
-    spec = importlib.util.find_spec("crc32c")  # a top-level spec: crc32c/__init__ does not run
+    Why: two packages this reader needs one file of do costly work at import: kafka-python's
+    ``__init__`` imports the whole client (admin, consumer, producer: ~80-150 ms) where a
+    reader of segment files needs only ``codec.py`` (the standard library and the compression
+    libraries); crc32c's looks up its own version with ``importlib.metadata`` (which imports
+    ``email`` and reads the installed distributions: ~25 ms of every command's start, a tenth
+    of ``offsetlake decode --stats``) where the C extension needs nothing of its package."""
+    spec = importlib.util.find_spec(package)  # a top-level spec: the __init__ does not run
     for location in (spec.submodule_search_locations or []) if spec is not None else []:
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-            path = Path(location) / f"_crc32c{suffix}"
+        for name in names:
+            path = Path(location) / name
             if path.is_file():
-                ext_spec = importlib.util.spec_from_file_location("crc32c._crc32c", path)
-                module = importlib.util.module_from_spec(ext_spec)
-                ext_spec.loader.exec_module(module)
-                return module.crc32c
-    from crc32c import crc32c as function
-
-    return function
+                file_spec = importlib.util.spec_from_file_location(module_name, path)
+                module = importlib.util.module_from_spec(file_spec)
+                file_spec.loader.exec_module(module)
+                return module
+    return None
 
 
-crc32c = _load_crc32c()
+crc32c = (_without_package("crc32c", [f"_crc32c{s}" for s in importlib.machinery.EXTENSION_SUFFIXES],
+                           "crc32c._crc32c") or importlib.import_module("crc32c")).crc32c
 
 _codec_module: Any = None
 
@@ -193,24 +195,10 @@ def _codecs() -> Any:
 
 
 def _load_kafka_codec() -> Any:
-    """kafka-python's ``kafka/codec.py`` (Kafka's gzip/snappy/lz4/zstd framing), loaded on
-    its own when the client is not imported yet.
-
-    Why: ``import kafka.codec`` first runs ``kafka/__init__.py``, which imports the whole
-    client (admin, consumer, producer: ~80-150 ms) that a reader of segment files never uses;
-    codec.py itself imports only the standard library and the compression libraries. Falls
-    back to the ordinary import when the file is not a plain module on disk."""
-    spec = importlib.util.find_spec("kafka")  # a top-level spec: kafka/__init__ does not run
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    path = Path(locations[0]) / "codec.py" if locations else None
-    if path is None or not path.is_file():
-        import kafka.codec
-
-        return kafka.codec
-    codec_spec = importlib.util.spec_from_file_location("offsetlake_kafka_codec", path)
-    module = importlib.util.module_from_spec(codec_spec)
-    codec_spec.loader.exec_module(module)
-    return module
+    """kafka-python's ``kafka/codec.py`` (Kafka's gzip/snappy/lz4/zstd framing), without the
+    client (:func:`_without_package`) when the client is not imported yet."""
+    return _without_package("kafka", ["codec.py"], "offsetlake_kafka_codec") \
+        or importlib.import_module("kafka.codec")
 
 
 def decompress(codec: int, payload: bytes, magic: int) -> bytes:
