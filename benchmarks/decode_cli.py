@@ -12,8 +12,14 @@ outputs of both checkouts are compared byte for byte (sha256) and the result pri
 ``--imports`` also prints, per checkout, which heavy modules each command imported (pandas,
 kafka, pyarrow.dataset, ...) and the bare import cost of the command's modules.
 
+``--kafka-home DIR`` (default ``KAFKA_HOME``): Kafka's own ``kafka-dump-log.sh
+--offsets-decoder --print-data-log`` runs on the same files in every round too, and each
+command's CPU is printed as a multiple of the tool's, beside the issue's goals (JSON lines
+>= 5x, ``--stats`` >= 20x); see ``kafka_peer.py``.
+
     python benchmarks/decode_cli.py                                  # public corpus, best of 5
     python benchmarks/decode_cli.py --baseline /tmp/before --imports
+    python benchmarks/decode_cli.py --kafka-home /opt/kafka_2.13-4.2.0 /data/__consumer_offsets-*
 """
 
 from __future__ import annotations
@@ -27,11 +33,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from kafka_peer import dump_log_tool, run_dump_log, tool_files
+
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus" / "public"
 HEAVY = ("pandas", "kafka", "pyarrow.dataset", "pyarrow.acero", "pyspark", "deltalake",
          "great_expectations", "pyarrow.parquet")
 COMMANDS = {"json": [], "stats": ["--stats"], "stats-n50": ["--stats", "--num-partitions", "50"]}
+#: issue 9's goals: each command's CPU as a multiple of Kafka's tool's (at least)
+GOALS = {"json": 5, "stats": 20, "stats-n50": 20}
 
 
 #: Where the children keep compiled bytecode (set by main; None: as the environment says).
@@ -101,10 +111,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--imports", action="store_true", help="list heavy modules each run imported")
     ap.add_argument("--commands", default=",".join(COMMANDS),
                     help=f"comma-separated subset of {','.join(COMMANDS)}")
+    ap.add_argument("--kafka-home", default=os.environ.get("KAFKA_HOME"),
+                    help="a Kafka distribution: its kafka-dump-log.sh runs beside (default "
+                         "KAFKA_HOME; none: our side alone)")
     ap.add_argument("--no-bytecode", action="store_true",
                     help="compile from source in every run, as PYTHONDONTWRITEBYTECODE=1 "
                          "does (default: bytecode cached in a temp dir, as an installed wheel)")
     args = ap.parse_args(argv)
+    tool = dump_log_tool(args.kafka_home)
     global PYCACHE
     checkouts = {"current": REPO}
     if args.baseline:
@@ -115,11 +129,15 @@ def main(argv: list[str] | None = None) -> None:
             for checkout in checkouts.values():  # warm-up: writes the bytecode
                 run_once(checkout, ["--stats"], args.paths, Path(tmp) / "warm.out")
         print(f"bytecode: {'compiled in every run' if args.no_bytecode else 'cached (warm)'}")
+        files = tool_files(args.paths, Path(tmp) / "peer-files") if tool else []
+        print(f"Kafka's tool: {tool} on {len(files)} segment files" if tool else
+              "Kafka's tool: none (--kafka-home or KAFKA_HOME to measure the issue's ratios)")
         for command in args.commands.split(","):
             extra = COMMANDS[command]
             best: dict[str, tuple[float, float]] = {}
             digests: dict[str, str] = {}
             records = 0
+            peer: tuple[float, float, int] | None = None
             for _ in range(args.repeat):
                 for name, checkout in checkouts.items():  # alternately: same machine load
                     out = Path(tmp) / f"{name}.out"
@@ -129,12 +147,21 @@ def main(argv: list[str] | None = None) -> None:
                     digests[name] = _digest(out)
                     if command == "json":
                         records = _records(out)
+                if tool:
+                    wall, cpu, printed = run_dump_log(tool, files, Path(tmp) / "kafka.out")
+                    peer = (min(wall, peer[0]), min(cpu, peer[1]), printed) if peer else (wall, cpu, printed)
             print(f"decode {' '.join(extra) or '(JSON lines)'}: best of {args.repeat}"
                   + (f", {records} records" if records else ""))
             for name, (wall, cpu) in best.items():
                 rate = f"  {records / cpu:10,.0f} records/CPU-s" if records else ""
                 print(f"  {name:9s} wall {wall:6.3f} s  CPU {cpu:6.3f} s{rate}  "
                       f"output sha256 {digests[name]}")
+            if peer:
+                print(f"  {'Kafka':9s} wall {peer[0]:6.3f} s  CPU {peer[1]:6.3f} s  "
+                      f"(kafka-dump-log --offsets-decoder --print-data-log, {peer[2]} records)")
+                for name, (wall, cpu) in best.items():
+                    print(f"  {name:9s} vs Kafka: CPU {peer[1] / cpu:5.2f}x  wall {peer[0] / wall:5.2f}x "
+                          f"(issue 9 goal: CPU >= {GOALS[command]}x)")
             if len(best) == 2:
                 (bw, bc), (cw, cc) = best["baseline"], best["current"]
                 same = "identical" if digests["baseline"] == digests["current"] else "DIFFERENT"

@@ -21,6 +21,12 @@ probes (``is_deltatable``) are counted; and what a Python worker has imported af
     python benchmarks/real_workload.py --baseline /tmp/before --breakdown
     python benchmarks/real_workload.py --yardstick  # beside a bare SparkSession + trivial query
     python benchmarks/real_workload.py --unchanged  # then again over the same, unchanged files
+    python benchmarks/real_workload.py --kafka-home /opt/kafka_2.13-4.2.0  # beside Kafka's tool
+
+``--kafka-home DIR`` (default ``KAFKA_HOME``): Kafka's own ``kafka-dump-log.sh
+--offsets-decoder --print-data-log`` runs on the same files in every round, and the best wall
+of each checkout is printed as a multiple of the tool's, beside the issue's goal (<= 1.5x);
+see ``kafka_peer.py``.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kafka_peer import dump_log_tool, run_dump_log, tool_files
 from machine_cpu import busy_seconds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -337,11 +344,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="also a bare SparkSession + one trivial query (the issue's yardstick)")
     parser.add_argument("--unchanged", action="store_true",
                         help="also the same command again on the lake it filled, files unchanged")
+    parser.add_argument("--kafka-home", default=os.environ.get("KAFKA_HOME"),
+                        help="a Kafka distribution: its kafka-dump-log.sh runs beside (default "
+                             "KAFKA_HOME; none: our side alone)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         _child(args.child[0], args.child[1], float(args.child[2]))
         return
+    tool = dump_log_tool(args.kafka_home)
     if not args.corpus.is_dir():
         raise SystemExit(f"no corpus at {args.corpus} (the shared real segment files)")
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -365,6 +376,7 @@ def main(argv: list[str] | None = None) -> None:
               f"the class archive for {time.perf_counter() - started:.1f} s more, in the "
               f"background; cpu of it all {_cpu_children() - cpu0:6.2f} s; archive "
               f"{'published' if published else 'NOT published'}")
+        files = tool_files([data], work / "peer-files") if tool else []
         best: dict[str, tuple[float, float, float]] = {}
         for run in range(args.runs):
             for name, checkout in (checkouts.items() if run % 2 == 0 else
@@ -375,9 +387,22 @@ def main(argv: list[str] | None = None) -> None:
                       f"batches {summary['batches']}")
                 old = best.get(name, (wall, cpu, machine))
                 best[name] = (min(wall, old[0]), min(cpu, old[1]), min(machine, old[2]))
+            if tool:
+                wall, cpu, printed = run_dump_log(tool, files, work / "kafka.out")
+                print(f"  run {run + 1} Kafka    wall {wall:6.2f} s  cpu {cpu:6.2f} s  "
+                      f"records {printed} (kafka-dump-log --offsets-decoder --print-data-log)")
+                old = best.get("Kafka", (wall, cpu, 0.0))
+                best["Kafka"] = (min(wall, old[0]), min(cpu, old[1]), 0.0)
+        peer = best.pop("Kafka", None)
         for name, (wall, cpu, machine) in best.items():
             print(f"best of {args.runs} {name:<8}: wall {wall:.2f} s, cpu {cpu:.2f} s (rusage: "
                   f"without the workers Spark's daemons fork), machine cpu {machine:.2f} s")
+        if peer:
+            print(f"best of {args.runs} Kafka's tool: wall {peer[0]:.2f} s, cpu {peer[1]:.2f} s")
+            for name, (wall, _, _) in best.items():
+                print(f"{name} / Kafka's tool wall: {wall / peer[0]:.2f}x (issue 9 goal: <= 1.5x)")
+        else:
+            print("Kafka's tool: none (--kafka-home or KAFKA_HOME to measure the issue's ratio)")
         if "baseline" in best:
             print(f"current / baseline wall: {best['current'][0] / best['baseline'][0]:.2f}x")
         if args.unchanged:
