@@ -101,22 +101,6 @@ def lengths(lists: pa.Array) -> np.ndarray:
     return pc.fill_null(pc.list_value_length(lists), 0).to_numpy().astype(np.int64)
 
 
-def assignment_keys(value: dict[str, Any], names: dict[str, str],
-                    listed: dict[tuple[int, int], Owned]) -> tuple[int, list[str], list[int]]:
-    """A KIP-848 assignment as the replay lists it: its member epoch, and the topics and the
-    partitions of its keys (:func:`member_owned`).
-
-    ``listed`` remembers the keys by the identity of the value's two partition lists, for a
-    caller that holds the values alive meanwhile: the decoder shares those lists between the
-    values that differ in their epochs only (pipelines/decode/codegen.py), so each distinct
-    assignment is listed once (group-heavy history: ~69k values, ~150 distinct)."""
-    held = (id(value.get("assigned_partitions")), id(value.get("partitions_pending_revocation")))
-    owned = listed.get(held)
-    if owned is None:
-        owned = listed[held] = member_owned(value, names)
-    return (value.get("member_epoch", 0), *owned)
-
-
 def key_columns(owned: list[tuple[str, int]]) -> Owned:
     """(topic, partition) pairs as a list of topics and one of partitions; none as the
     placeholder key ("", -1) that a member owning nothing has."""

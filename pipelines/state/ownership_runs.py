@@ -35,10 +35,10 @@ from pipelines.state.held_keys import (
     Attrs,
     KeyGroups,
     Owned,
-    assignment_keys,
     classic_key_groups,
     key_columns,
     member_attrs,
+    member_owned,
     streams_owned,
 )
 from pipelines.state.key_ids import key_ids
@@ -277,22 +277,26 @@ class _Listing:
 
     def _assignment_groups(self, t: pa.Table, rows: np.ndarray, at: np.ndarray, attr: np.ndarray,
                            values: list) -> KeyGroups:
-        """The KIP-848 assignment records' groups of keys (one each), each distinct value
-        listed once (:func:`assignment_keys`)."""
-        mine = [values[row] for row in rows.tolist()]
-        ids = [id(value) if value else 0 for value in mine]  # the events keep the values alive
-        by_id = dict(zip(ids, mine, strict=True))
-        place = {i: j for j, i in enumerate(by_id)}
-        held: dict[tuple[int, int], tuple[list[str], list[int]]] = {}  # the values are alive
-        listed = [assignment_keys(value or {}, self.names, held) for value in by_id.values()]
-        which = np.array([place[i] for i in ids], np.int64)
+        """The KIP-848 assignment records' groups of keys (one each), each with its own epoch.
+
+        Keys are listed once per distinct pair of partition lists, not per value: the decoder
+        shares those lists between values that differ in their epochs only
+        (pipelines/decode/codegen.py), so their identity names an assignment while the values
+        are alive (group-heavy history: ~69k distinct values, ~150 distinct assignments)."""
+        mine = [values[row] or {} for row in rows.tolist()]
+        lists = [(id(v.get("assigned_partitions")), id(v.get("partitions_pending_revocation"))) for v in mine]
+        first: dict[tuple[int, int], dict] = {}
+        for held, value in zip(lists, mine, strict=True):
+            first.setdefault(held, value)
+        place = {held: j for j, held in enumerate(first)}
+        listed = [member_owned(value, self.names) for value in first.values()]
         n = len(listed)
-        distinct = KeyGroups(np.zeros(n, np.int64), np.array([epoch for epoch, _, _ in listed], np.int64),
-                             pa.nulls(n, pa.string()), np.zeros(n, np.int64),
-                             np.array([len(topics) for _, topics, _ in listed], np.int64),
-                             pa.array([x for _, topics, _ in listed for x in topics], pa.string()),
-                             np.array([x for _, _, numbers in listed for x in numbers], np.int64))
-        groups = distinct.take(which)  # each record's listing, its keys with it
+        distinct = KeyGroups(np.zeros(n, np.int64), np.zeros(n, np.int64), pa.nulls(n, pa.string()),
+                             np.zeros(n, np.int64), np.array([len(topics) for topics, _ in listed], np.int64),
+                             pa.array([x for topics, _ in listed for x in topics], pa.string()),
+                             np.array([x for _, numbers in listed for x in numbers], np.int64))
+        groups = distinct.take(np.array([place[held] for held in lists], np.int64))  # keys with each
+        groups.gen = np.array([v.get("member_epoch", 0) for v in mine], np.int64)
         groups.group_at, groups.attr = at, attr[rows]
         groups.member = t.column("subkey").take(pa.array(rows, pa.int64())).combine_chunks().cast(pa.string())
         return groups
