@@ -55,6 +55,7 @@ from pipelines.state.attribution import (
     batch_generation_rows,
     generation_rows,
 )
+from pipelines.state.key_ids import key_ids
 
 log = logging.getLogger(__name__)
 
@@ -268,8 +269,15 @@ def _not_yet_audited(commits: pa.Table, events: list[tuple[str, str, Any]], curs
     if all(low > group_last.get((c, g), -1) for c, g, low in zip(
             *(lows.column(n).to_pylist() for n in ("cluster_id", "group_id", "offset_min")), strict=True)):
         return commits, events
-    cols = [commits.column(n).to_pylist() for n in ("cluster_id", "group_id", "topic", "partition", "offset")]
-    keep = [o > last.get((c, g, t, p), -1) for c, g, t, p, o in zip(*cols, strict=True)]
+    # each commit's key's last audited position, the keys numbered by Arrow: no Python object
+    # per commit (a whole batch replayed under a fresh checkpoint takes this path)
+    names = ("cluster_id", "group_id", "topic", "partition")
+    audited = list(last)
+    mine, theirs = key_ids([commits.column(n) for n in names],
+                           [pa.array([key[i] for key in audited]) for i in range(len(names))])
+    before = np.full(max(int(mine.max()), int(theirs.max())) + 1, -1, np.int64)
+    before[theirs] = np.fromiter(last.values(), np.int64, len(last))
+    keep = commits.column("offset").to_numpy() > before[mine]
     return commits.filter(pa.array(keep, pa.bool_())), events
 
 
