@@ -30,10 +30,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from kafka_peer import dump_log_tool, run_dump_log, tool_files
+from machine_cpu import process_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus" / "public"
@@ -63,16 +63,10 @@ def _env(checkout: Path) -> dict[str, str]:
 def run_once(checkout: Path, extra: list[str], paths: list[str], out: Path) -> tuple[float, float]:
     """``(wall, cpu)`` seconds of one fresh ``offsetlake decode`` process."""
     cmd = [sys.executable, "-m", "pipelines.cli", "decode", *extra, *paths]
-    with out.open("wb") as sink:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=checkout, env=_env(checkout), stdout=sink,
-                                stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} (in {checkout}) exited {proc.returncode}")
-    return wall, usage.ru_utime + usage.ru_stime
+    wall, cpu, code = process_seconds(cmd, out, cwd=checkout, env=_env(checkout), stderr=subprocess.DEVNULL)
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd)} (in {checkout}) exited {code}")
+    return wall, cpu
 
 
 def imported(checkout: Path, extra: list[str], paths: list[str]) -> list[str]:

@@ -13,9 +13,9 @@ need a real distribution.
 from __future__ import annotations
 
 import os
-import subprocess
-import time
 from pathlib import Path
+
+from machine_cpu import process_seconds
 
 #: the tool inside a Kafka distribution (``kafka-run-class.sh kafka.tools.DumpLogSegments``)
 TOOL = Path("bin") / "kafka-dump-log.sh"
@@ -54,19 +54,14 @@ def tool_files(paths: list[str] | list[Path], into: Path) -> list[Path]:
 
 def run_dump_log(tool: Path, files: list[Path], out: Path) -> tuple[float, float, int]:
     """``(wall seconds, CPU seconds, records printed)`` of one fresh run of the tool over
-    ``files``, its output in ``out``. CPU is the process' own (``wait4``: the script execs
-    the JVM, so every JVM thread counts)."""
+    ``files``, its output in ``out`` (the script execs the JVM: every JVM thread counts)."""
     cmd = [str(tool), "--offsets-decoder", "--print-data-log", "--files", ",".join(map(str, files))]
     errors = out.with_suffix(".stderr")
-    with out.open("wb") as sink, errors.open("wb") as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{tool} exited {os.waitstatus_to_exitcode(status)}: "
-                         f"{errors.read_text(errors='replace')[-2000:]}")
-    return wall, usage.ru_utime + usage.ru_stime, records_printed(out)
+    with errors.open("wb") as err:
+        wall, cpu, code = process_seconds(cmd, out, stderr=err)
+    if code != 0:
+        raise SystemExit(f"{tool} exited {code}: {errors.read_text(errors='replace')[-2000:]}")
+    return wall, cpu, records_printed(out)
 
 
 def records_printed(out: Path) -> int:

@@ -21,9 +21,19 @@ from pipelines.demo import generate_cluster
 from pipelines.sources.segments.files import find_segments
 
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("kafka_peer", REPO / "benchmarks" / "kafka_peer.py")
-kafka_peer = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(kafka_peer)
+
+
+def _benchmark_module(name: str):
+    """A module of ``benchmarks/`` (scripts import their helpers by bare name), registered
+    under that name, without putting the folder on ``sys.path`` for the whole session."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_benchmark_module("machine_cpu")
+kafka_peer = _benchmark_module("kafka_peer")
 
 #: a stand-in for Kafka's tool: keeps its arguments, prints each file's header and two
 #: record lines per file, as the real tool prints records with --print-data-log
