@@ -32,7 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kafka_peer import dump_log_tool, run_dump_log, tool_files
+from kafka_peer import add_kafka_home, dump_log_tool, run_dump_log, tool_files
 from machine_cpu import process_seconds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,9 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--imports", action="store_true", help="list heavy modules each run imported")
     ap.add_argument("--commands", default=",".join(COMMANDS),
                     help=f"comma-separated subset of {','.join(COMMANDS)}")
-    ap.add_argument("--kafka-home", default=os.environ.get("KAFKA_HOME"),
-                    help="a Kafka distribution: its kafka-dump-log.sh runs beside (default "
-                         "KAFKA_HOME; none: our side alone)")
+    add_kafka_home(ap)
     ap.add_argument("--no-bytecode", action="store_true",
                     help="compile from source in every run, as PYTHONDONTWRITEBYTECODE=1 "
                          "does (default: bytecode cached in a temp dir, as an installed wheel)")

@@ -12,6 +12,7 @@ need a real distribution.
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -21,6 +22,13 @@ from machine_cpu import process_seconds
 TOOL = Path("bin") / "kafka-dump-log.sh"
 #: how the tool starts each record's line with ``--print-data-log`` (control records too)
 RECORD_LINE = b"| offset: "
+
+
+def add_kafka_home(parser: argparse.ArgumentParser) -> None:
+    """The ``--kafka-home`` option of a benchmark that can run the tool beside ours."""
+    parser.add_argument("--kafka-home", default=os.environ.get("KAFKA_HOME"),
+                        help="a Kafka distribution: its kafka-dump-log.sh runs beside (default "
+                             "KAFKA_HOME; none: our side alone)")
 
 
 def dump_log_tool(kafka_home: str | os.PathLike[str] | None) -> Path | None:

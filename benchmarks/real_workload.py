@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kafka_peer import dump_log_tool, run_dump_log, tool_files
+from kafka_peer import add_kafka_home, dump_log_tool, run_dump_log, tool_files
 from machine_cpu import busy_seconds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -344,9 +344,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="also a bare SparkSession + one trivial query (the issue's yardstick)")
     parser.add_argument("--unchanged", action="store_true",
                         help="also the same command again on the lake it filled, files unchanged")
-    parser.add_argument("--kafka-home", default=os.environ.get("KAFKA_HOME"),
-                        help="a Kafka distribution: its kafka-dump-log.sh runs beside (default "
-                             "KAFKA_HOME; none: our side alone)")
+    add_kafka_home(parser)
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -378,6 +376,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{'published' if published else 'NOT published'}")
         files = tool_files([data], work / "peer-files") if tool else []
         best: dict[str, tuple[float, float, float]] = {}
+        peer: tuple[float, float] | None = None  # Kafka's tool: best wall, best cpu
         for run in range(args.runs):
             for name, checkout in (checkouts.items() if run % 2 == 0 else
                                    reversed(list(checkouts.items()))):
@@ -391,9 +390,7 @@ def main(argv: list[str] | None = None) -> None:
                 wall, cpu, printed = run_dump_log(tool, files, work / "kafka.out")
                 print(f"  run {run + 1} Kafka    wall {wall:6.2f} s  cpu {cpu:6.2f} s  "
                       f"records {printed} (kafka-dump-log --offsets-decoder --print-data-log)")
-                old = best.get("Kafka", (wall, cpu, 0.0))
-                best["Kafka"] = (min(wall, old[0]), min(cpu, old[1]), 0.0)
-        peer = best.pop("Kafka", None)
+                peer = (min(wall, peer[0]), min(cpu, peer[1])) if peer else (wall, cpu)
         for name, (wall, cpu, machine) in best.items():
             print(f"best of {args.runs} {name:<8}: wall {wall:.2f} s, cpu {cpu:.2f} s (rusage: "
                   f"without the workers Spark's daemons fork), machine cpu {machine:.2f} s")
