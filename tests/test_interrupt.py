@@ -169,3 +169,30 @@ def test_a_failed_launch_ends_only_its_own_processes(tmp_path: Path) -> None:
         for proc in (callers, ours, other):
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("ctrl_c", [True, False])
+def test_a_lost_jvm_after_ctrl_c_is_reported_as_the_interrupt(monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture, ctrl_c: bool) -> None:
+    """A terminal's Ctrl-C reaches the JVM too: when it ends first, the call the main thread
+    was in fails with a lost connection. After our Ctrl-C handler ran, that is the
+    interrupt (130, one line); without a Ctrl-C the same failure is a failure (1)."""
+    from pipelines.cli import common, decode, main
+
+    def lost_jvm(args) -> int:
+        if ctrl_c:
+            with pytest.raises(KeyboardInterrupt):
+                common._interrupt(signal.SIGINT, None)  # what plain_ctrl_c() installs
+        raise ConnectionError("Answer from Java side is empty")
+
+    monkeypatch.setattr(decode, "cmd_decode", lost_jvm)
+    try:
+        code = main(["decode", str(Path(__file__))])
+    finally:
+        common.INTERRUPTED.clear()
+    err = capsys.readouterr().err.strip().splitlines()
+    if ctrl_c:
+        assert (code, err) == (130, ["offsetlake decode: interrupted"])
+    else:
+        assert code == 1
+        assert err[-1].startswith("offsetlake decode: failed: ConnectionError: Answer from Java side is empty")

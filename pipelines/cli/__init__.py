@@ -16,7 +16,7 @@ from contextlib import nullcontext
 from typing import NoReturn
 
 from pipelines import redaction
-from pipelines.cli.common import UserError, check_schemas
+from pipelines.cli.common import INTERRUPTED, UserError, check_schemas
 from pipelines.cli.parser import build_parser
 
 __all__ = ["build_parser", "main", "run"]
@@ -57,6 +57,10 @@ def main(argv: Sequence[str] | None = None, standalone: bool = False) -> int:
         print(f"offsetlake {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
+        if INTERRUPTED.is_set():  # the JVM ended of the same Ctrl-C first: a lost connection
+            log.debug("after Ctrl-C", exc_info=True)
+            print(f"offsetlake {args.command}: interrupted", file=sys.stderr)
+            return 130
         reason = _user_facing(exc)
         if reason:
             print(f"offsetlake {args.command}: error: {redaction.redact(reason)}", file=sys.stderr)

@@ -16,6 +16,19 @@ class UserError(Exception):
     """An error the user can fix; printed as one line."""
 
 
+#: set once Ctrl-C reached a command that takes it as its own (:func:`plain_ctrl_c`)
+INTERRUPTED = threading.Event()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """Python's own Ctrl-C, remembered: a terminal's Ctrl-C reaches the JVM too (one process
+    group), and when the JVM ends first, the call the main thread was in fails with a lost
+    connection before the KeyboardInterrupt is raised; the command still reports the
+    interrupt (``main``)."""
+    INTERRUPTED.set()
+    signal.default_int_handler(signum, frame)
+
+
 def plain_ctrl_c() -> None:
     """Ctrl-C as Python's own KeyboardInterrupt, not pyspark's, once the CLI's own session runs.
 
@@ -24,7 +37,7 @@ def plain_ctrl_c() -> None:
     is then read re-entrantly, and both calls fail with a logged traceback each. The CLI
     stops its query (its jobs cancelled) and its session itself."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, _interrupt)
 
 
 def env(name: str, default: str | None = None) -> str | None:
