@@ -399,8 +399,9 @@ def _params(c: Cluster) -> dict[str, Param]:
         "retention_hours": Param(c.retention_hours, type="integer", minimum=168,
                                  description="vacuum retention = time-travel window"),
         "strict": Param(True, type="boolean",
-                        description="fail the task on any unreadable byte, undecodable record "
-                                    "or empty source (offsetlake --strict) instead of warning"),
+                        description="fail the task on any unreadable byte, undecodable record, "
+                                    "empty source or group id in two offsets partitions of one "
+                                    "cluster (offsetlake --strict) instead of warning"),
     }
 
 

@@ -114,6 +114,10 @@ class IngestConfig:
                               self.kafka_options)
 
 
+#: how many of the groups found in several offsets partitions the summary names
+SPLIT_GROUPS_LISTED = 10
+
+
 @dataclass
 class IngestReport:
     batches: int = 0
@@ -128,6 +132,9 @@ class IngestReport:
     #: (cluster, offsets partition) -> the log end below which the state tables held this
     #: run's records already (another query over the same log): added to the history only
     already_applied: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: (cluster, group) -> the offsets partitions holding its records, where more than one
+    #: (several clusters' logs under one cluster id: pipelines/state/split_groups.py)
+    split_groups: dict[tuple[str, str], set[int]] = field(default_factory=dict)
 
     def summary(self) -> dict:
         """What the CLI prints: counts per decode_status and every problem, by file."""
@@ -142,6 +149,10 @@ class IngestReport:
             "new_problems": self.new_problems, "empty_source": self.empty_source,
             "history_only_below": [{"cluster_id": c, "offsets_partition": p, "log_end": e}
                                    for (c, p), e in sorted(self.already_applied.items())],
+            "groups_in_several_offsets_partitions": len(self.split_groups),
+            "groups_in_several_offsets_partitions_first": [
+                {"cluster_id": c, "group_id": g, "offsets_partitions": sorted(p)}
+                for (c, g), p in sorted(self.split_groups.items())[:SPLIT_GROUPS_LISTED]],
         }
 
     @property

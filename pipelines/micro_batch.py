@@ -37,6 +37,7 @@ from pipelines.state.apply import apply_state
 from pipelines.state.audit import audit_batch
 from pipelines.state.progress import TABLE as PROGRESS
 from pipelines.state.progress import not_yet_applied, record_progress
+from pipelines.state.split_groups import split_groups
 
 if TYPE_CHECKING:
     from pipelines.ingest import IngestReport
@@ -83,6 +84,8 @@ def commit_batch(engine: DeltaEngine, parts: list[HistoryPart], batch_id: int, a
             log.info("batch %d: records of %s partition %d below offset %d are in the state tables "
                      "already (another query over the same log): added to the history only",
                      batch_id, cluster_id, partition, end)
+        for key, parts_of_group in split_groups(engine, state).items():  # before the state merges
+            report.split_groups.setdefault(key, set()).update(parts_of_group)
         state_rows, ownership = apply_state(engine, fresh, app_id, batch_id, now)
         audit_rows = audit_batch(engine, state, app_id, batch_id, now, ownership)  # after the state
         # after the audit, which reads it as the batches before left it

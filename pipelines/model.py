@@ -311,7 +311,9 @@ def state_rows(offset_commits: pa.Table) -> pa.Table:
     """The few rows of a batch's offset commits that the state tables can depend on.
 
     The last record per offset key (the committed offset), the last non-tombstone commit
-    per group (the group's last activity) and one commit per (cluster, topic id) (id -> name). A task
+    per group and offsets partition (the group's last activity; per partition, so the driver
+    sees a group id that two partitions hold: :mod:`pipelines.state.split_groups`) and one
+    commit per (cluster, topic id) (id -> name). A task
     hands only these to the driver; the state built from them equals the state built from
     every row, because each is a "last by log position" over a key these rows cover.
     Runs on every row of the hot path, so it ranks a narrow copy and never sorts data
@@ -321,7 +323,7 @@ def state_rows(offset_commits: pa.Table) -> pa.Table:
     if n == 0:
         return offset_commits
     order = log_order(offset_commits)
-    keys = offset_commits.select([*OFFSET_KEY, "is_tombstone", "topic_id"])
+    keys = offset_commits.select([*OFFSET_KEY, "offsets_partition", "is_tombstone", "topic_id"])
     if order is not None:
         keys = keys.take(order)
     rank = pa.array(np.arange(n, dtype=np.int64))
@@ -330,7 +332,7 @@ def state_rows(offset_commits: pa.Table) -> pa.Table:
     by_topic_id = keys.group_by(["cluster_id", "topic_id"], use_threads=False).aggregate([("_rank", "max")])
     winners = [
         keys.group_by(OFFSET_KEY, use_threads=False).aggregate([("_rank", "max")]).column("_rank_max"),
-        keys.group_by(["cluster_id", "group_id"], use_threads=False)
+        keys.group_by(["cluster_id", "group_id", "offsets_partition"], use_threads=False)
             .aggregate([("_commit_rank", "max")]).column("_commit_rank_max"),
         by_topic_id.filter(pc.is_valid(by_topic_id.column("topic_id"))).column("_rank_max"),
     ]

@@ -90,8 +90,9 @@ def _run_query(cfg, standalone: bool):
 
 
 def _verdict(report, strict: bool) -> int:
-    """Exit status of an ingest: 0, or 3 with --strict when the source had any problem or
-    held nothing. Without --strict the same facts are a loud warning (and in the summary)."""
+    """Exit status of an ingest: 0, or 3 with --strict when the source had any problem, held
+    nothing or mixed clusters (a group in two offsets partitions). Without --strict the same
+    facts are a loud warning (and in the summary)."""
     faults = []
     if report.empty_source:
         faults.append(f"empty source: {report.empty_source}")
@@ -102,6 +103,13 @@ def _verdict(report, strict: bool) -> int:
     bad = sum(n for k, n in report.statuses.items() if k not in ("ok", "tombstone", "control"))
     if bad:
         faults.append(f"{bad} record(s) not decoded (see decode_status)")
+    if report.split_groups:
+        (cluster_id, group_id), parts = min(report.split_groups.items())
+        faults.append(f"{len(report.split_groups)} group id(s) with records in more than one "
+                      f"__consumer_offsets partition of one cluster id (e.g. {group_id!r} of {cluster_id!r}: "
+                      f"partitions {', '.join(map(str, sorted(parts)))}): the logs of several clusters "
+                      "under one --cluster-id? Their state and audit rows depend on where batches are "
+                      "cut; give each cluster its own segment root and --cluster-id (or --cluster-id auto)")
     for fault in faults:
         if strict:
             print(f"offsetlake ingest: strict: {fault}", file=sys.stderr)
@@ -140,6 +148,7 @@ def add_ingest_parser(sub: argparse._SubParsersAction) -> None:
                         "recreated topic), continue from the log start instead of failing")
     p.add_argument("--strict", action="store_true", default=flag_env("STRICT"),
                    help="exit 3 when the source had any problem (unreadable bytes, undecodable "
-                        "records) or held nothing (env OFFSETLAKE_STRICT=true); without it "
+                        "records, a group id in two offsets partitions of one cluster id) or held "
+                        "nothing (env OFFSETLAKE_STRICT=true); without it "
                         "these are warnings and listed in the summary")
     p.set_defaults(func=cmd_ingest)
