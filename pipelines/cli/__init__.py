@@ -78,10 +78,14 @@ def main(argv: Sequence[str] | None = None, standalone: bool = False) -> int:
 #: logs that one on the root logger)
 PY4J_ECHOES = ("There was an exception while executing the Python Proxy",
                "KeyboardInterrupt while sending command.")
+#: py4j's INFO line (with a traceback) when a call fails and it tries once more: after a
+#: Ctrl-C, the JVM that ended of it (the command reports the interrupt); otherwise kept
+PY4J_RETRY = "Exception while sending command."
 
 
 def _not_an_echo(record: logging.LogRecord) -> bool:
-    return not str(record.msg).startswith(PY4J_ECHOES)
+    message = str(record.msg)
+    return not (message.startswith(PY4J_ECHOES) or (INTERRUPTED.is_set() and message.startswith(PY4J_RETRY)))
 
 
 _ONE_LINE_ERRORS = ("ClusterUnreachable", "NoBrokersAvailable", "NoSnapshotError",
