@@ -84,8 +84,7 @@ def commit_batch(engine: DeltaEngine, parts: list[HistoryPart], batch_id: int, a
             log.info("batch %d: records of %s partition %d below offset %d are in the state tables "
                      "already (another query over the same log): added to the history only",
                      batch_id, cluster_id, partition, end)
-        for key, parts_of_group in split_groups(engine, state).items():  # before the state merges
-            report.split_groups.setdefault(key, set()).update(parts_of_group)
+        _report_split_groups(split_groups(engine, state), batch_id, report)  # before the state merges
         state_rows, ownership = apply_state(engine, fresh, app_id, batch_id, now)
         audit_rows = audit_batch(engine, state, app_id, batch_id, now, ownership)  # after the state
         # after the audit, which reads it as the batches before left it
@@ -108,6 +107,21 @@ def commit_batch(engine: DeltaEngine, parts: list[HistoryPart], batch_id: int, a
         report.skipped_batches += 1
     bad = {k: v for k, v in statuses.items() if k not in ("ok", "tombstone", "control")}
     log.info("batch %d: %d records%s", batch_id, records, f", not decoded: {bad}" if bad else "")
+
+
+def _report_split_groups(found: dict[tuple[str, str], tuple[int, ...]], batch_id: int,
+                         report: IngestReport) -> None:
+    """Add the batch's groups seen in several offsets partitions to the run's report; those
+    new to this run are logged now (a continuous run has no end to say it at)."""
+    new = sorted(k for k, parts in found.items() if not set(parts) <= report.split_groups.get(k, set()))
+    for key, parts in found.items():
+        report.split_groups.setdefault(key, set()).update(parts)
+    if new:
+        cluster_id, group_id = new[0]
+        log.warning("batch %d: %d group id(s) with records in more than one __consumer_offsets partition "
+                    "of one cluster id, e.g. %r of %r in partitions %s: the logs of several clusters under "
+                    "one --cluster-id?", batch_id, len(new), group_id, cluster_id,
+                    ", ".join(map(str, sorted(report.split_groups[new[0]]))))
 
 
 def part_cells_on_executors(df, batch_id: int, now: datetime, lake: Path | str | LakeLocation,

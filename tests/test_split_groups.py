@@ -8,6 +8,8 @@ recording) never gives a report. The groups expected are read from the history t
 from __future__ import annotations
 
 import json
+import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -81,11 +83,16 @@ def _ever_deleted(lake: Path) -> set[tuple[str, str]]:
     return out
 
 
-def test_two_clusters_cut_into_batches_are_reported_too(two_clusters: Path, tmp_path: Path) -> None:
+def test_two_clusters_cut_into_batches_are_reported_too(two_clusters: Path, tmp_path: Path, caplog) -> None:
     """Across batches the check compares with the partition consumer_groups holds. A group
     deleted before the other cluster's records came is not stored any more and may go
-    unseen; every group never deleted is found, and nothing else than the expected."""
-    report = _ingest(two_clusters, tmp_path / "split", 400)
+    unseen; every group never deleted is found, and nothing else than the expected. Each
+    is logged when first found (a continuous run has no end to report at)."""
+    with caplog.at_level(logging.WARNING, logger="pipelines.micro_batch"):
+        report = _ingest(two_clusters, tmp_path / "split", 400)
+    logged = [re.match(r"batch \d+: (\d+) group id\(s\) with records in more than one", r.getMessage())
+              for r in caplog.records if r.name == "pipelines.micro_batch" and r.levelno == logging.WARNING]
+    assert logged and all(logged) and sum(int(m.group(1)) for m in logged) == len(report.split_groups)
     assert report.batches > 10
     lake = tmp_path / "split"
     expected = {k: p for k, p in _partitions_in_history(lake).items() if len(p) > 1}
