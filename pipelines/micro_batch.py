@@ -37,7 +37,7 @@ from pipelines.state.apply import apply_state
 from pipelines.state.audit import audit_batch
 from pipelines.state.progress import TABLE as PROGRESS
 from pipelines.state.progress import not_yet_applied, record_progress
-from pipelines.state.split_groups import split_groups
+from pipelines.state.split_groups import described, split_groups
 
 if TYPE_CHECKING:
     from pipelines.ingest import IngestReport
@@ -113,15 +113,12 @@ def _report_split_groups(found: dict[tuple[str, str], tuple[int, ...]], batch_id
                          report: IngestReport) -> None:
     """Add the batch's groups seen in several offsets partitions to the run's report; those
     new to this run are logged now (a continuous run has no end to say it at)."""
-    new = sorted(k for k, parts in found.items() if not set(parts) <= report.split_groups.get(k, set()))
+    new = [k for k, parts in found.items() if not set(parts) <= report.split_groups.get(k, set())]
     for key, parts in found.items():
         report.split_groups.setdefault(key, set()).update(parts)
     if new:
-        cluster_id, group_id = new[0]
-        log.warning("batch %d: %d group id(s) with records in more than one __consumer_offsets partition "
-                    "of one cluster id, e.g. %r of %r in partitions %s: the logs of several clusters under "
-                    "one --cluster-id?", batch_id, len(new), group_id, cluster_id,
-                    ", ".join(map(str, sorted(report.split_groups[new[0]]))))
+        log.warning("batch %d: %s: the logs of several clusters under one --cluster-id?", batch_id,
+                    described({k: report.split_groups[k] for k in new}))
 
 
 def part_cells_on_executors(df, batch_id: int, now: datetime, lake: Path | str | LakeLocation,

@@ -104,12 +104,11 @@ def _verdict(report, strict: bool) -> int:
     if bad:
         faults.append(f"{bad} record(s) not decoded (see decode_status)")
     if report.split_groups:
-        (cluster_id, group_id), parts = min(report.split_groups.items())
-        faults.append(f"{len(report.split_groups)} group id(s) with records in more than one "
-                      f"__consumer_offsets partition of one cluster id (e.g. {group_id!r} of {cluster_id!r}: "
-                      f"partitions {', '.join(map(str, sorted(parts)))}): the logs of several clusters "
-                      "under one --cluster-id? Their state and audit rows depend on where batches are "
-                      "cut; give each cluster its own segment root and --cluster-id (or --cluster-id auto)")
+        from pipelines.state.split_groups import described
+
+        faults.append(f"{described(report.split_groups)}: the logs of several clusters under one "
+                      "--cluster-id? Their state and audit rows depend on where batches are cut; give "
+                      "each cluster its own segment root and --cluster-id (or --cluster-id auto)")
     for fault in faults:
         if strict:
             print(f"offsetlake ingest: strict: {fault}", file=sys.stderr)

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.lake.engines import DeltaEngine
-from pipelines.lake.keys import KeyFilter
+from pipelines.lake.keys import KeyFilter, distinct_keys
 from pipelines.model import StateInput
 
 _COLUMNS = ["cluster_id", "group_id", "offsets_partition"]
@@ -33,14 +33,20 @@ def split_groups(engine: DeltaEngine, batch: StateInput) -> dict[tuple[str, str]
     if seen.num_rows == 0:
         return {}
     if engine.exists("consumer_groups"):
-        groups = seen.select(_GROUP).group_by(_GROUP, use_threads=False).aggregate([])
-        stored = engine.read("consumer_groups", _COLUMNS, KeyFilter.of(_GROUP, zip(
-            *(groups.column(c).to_pylist() for c in _GROUP), strict=True)))
+        stored = engine.read("consumer_groups", _COLUMNS, KeyFilter.of(_GROUP, distinct_keys(seen, _GROUP)))
         seen = _distinct([seen, stored])
     per_group = seen.group_by(_GROUP, use_threads=False).aggregate([("offsets_partition", "list")])
     several = per_group.filter(pc.greater(pc.list_value_length(per_group.column("offsets_partition_list")), 1))
     return {(c, g): tuple(sorted(p)) for c, g, p in zip(
         *(several.column(n).to_pylist() for n in (*_GROUP, "offsets_partition_list")), strict=True)}
+
+
+def described(groups: dict[tuple[str, str], set[int] | tuple[int, ...]]) -> str:
+    """How many of ``groups`` there are, and the first (by cluster, group) with its partitions:
+    what the batch that finds them logs and what the run's end says."""
+    (cluster_id, group_id), parts = min(groups.items())
+    return (f"{len(groups)} group id(s) with records in more than one __consumer_offsets partition of one "
+            f"cluster id (e.g. {group_id!r} of {cluster_id!r}: partitions {', '.join(map(str, sorted(parts)))})")
 
 
 def _distinct(tables: list[pa.Table]) -> pa.Table:
