@@ -10,7 +10,9 @@ group (a warning; exit 3 with ``--strict``).
 
 Found per batch from the rows the driver holds (every group record, and per task the last
 commit of each group in each offsets partition: :func:`pipelines.model.state_rows`) and
-the partition ``consumer_groups`` stored for the group before the batch.
+the partitions ``group_records_latest`` holds for the group before the batch. That table,
+not ``consumer_groups``: it keeps a deleted group's rows (its tombstones, its last commit),
+so a group deleted before the other cluster's records of its name arrive is found too.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ def split_groups(engine: DeltaEngine, batch: StateInput) -> dict[tuple[str, str]
     seen = _distinct([t.select(_COLUMNS) for t in (batch.offset_commits, batch.groups.table) if t.num_rows])
     if seen.num_rows == 0:
         return {}
-    if engine.exists("consumer_groups"):
-        stored = engine.read("consumer_groups", _COLUMNS, KeyFilter.of(_GROUP, distinct_keys(seen, _GROUP)))
+    if engine.exists("group_records_latest"):
+        stored = engine.read("group_records_latest", _COLUMNS, KeyFilter.of(_GROUP, distinct_keys(seen, _GROUP)))
         seen = _distinct([seen, stored])
     per_group = seen.group_by(_GROUP, use_threads=False).aggregate([("offsets_partition", "list")])
     several = per_group.filter(pc.greater(pc.list_value_length(per_group.column("offsets_partition_list")), 1))
