@@ -311,9 +311,10 @@ def state_rows(offset_commits: pa.Table) -> pa.Table:
     """The few rows of a batch's offset commits that the state tables can depend on.
 
     The last record per offset key (the committed offset), the last non-tombstone commit
-    per group and offsets partition (the group's last activity; per partition, so the driver
-    sees a group id that two partitions hold: :mod:`pipelines.state.split_groups`) and one
-    commit per (cluster, topic id) (id -> name). A task
+    per group and offsets partition (the group's last activity) and its last record of any
+    kind there (so the driver sees every offsets partition a group id has records in, offset
+    tombstones only too: :mod:`pipelines.state.split_groups`), and one commit per (cluster,
+    topic id) (id -> name). A task
     hands only these to the driver; the state built from them equals the state built from
     every row, because each is a "last by log position" over a key these rows cover.
     Runs on every row of the hot path, so it ranks a narrow copy and never sorts data
@@ -330,10 +331,12 @@ def state_rows(offset_commits: pa.Table) -> pa.Table:
     commit_rank = pc.if_else(keys.column("is_tombstone"), pa.scalar(None, pa.int64()), rank)
     keys = keys.append_column("_rank", rank).append_column("_commit_rank", commit_rank)
     by_topic_id = keys.group_by(["cluster_id", "topic_id"], use_threads=False).aggregate([("_rank", "max")])
+    per_partition = keys.group_by(["cluster_id", "group_id", "offsets_partition"], use_threads=False) \
+        .aggregate([("_commit_rank", "max"), ("_rank", "max")])
     winners = [
         keys.group_by(OFFSET_KEY, use_threads=False).aggregate([("_rank", "max")]).column("_rank_max"),
-        keys.group_by(["cluster_id", "group_id", "offsets_partition"], use_threads=False)
-            .aggregate([("_commit_rank", "max")]).column("_commit_rank_max"),
+        per_partition.column("_commit_rank_max"),
+        per_partition.column("_rank_max"),
         by_topic_id.filter(pc.is_valid(by_topic_id.column("topic_id"))).column("_rank_max"),
     ]
     ranks = distinct_sorted(np.concatenate([w.drop_null().to_numpy() for w in winners]))

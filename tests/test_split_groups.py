@@ -113,16 +113,18 @@ def test_a_real_brokers_log_is_never_reported(tmp_path: Path, name: str) -> None
 
 
 def test_state_rows_keep_each_partitions_last_commit_of_a_group() -> None:
-    """The driver sees a group id in every offsets partition a task read it from."""
+    """The driver sees a group id in every offsets partition a task read it from, one that
+    holds only offset tombstones of a key committed in another partition too."""
     from pipelines.model import state_rows
 
     commits = pa.table({
-        "cluster_id": ["c"] * 4, "group_id": ["g"] * 4, "topic": ["t"] * 4, "partition": [0, 0, 0, 0],
-        "is_tombstone": [False] * 4, "topic_id": pa.array([None] * 4, pa.string()),
-        "offsets_partition": pa.array([1, 1, 3, 3], pa.int32()), "offset": pa.array([5, 6, 2, 3], pa.int64())})
+        "cluster_id": ["c"] * 6, "group_id": ["g"] * 6, "topic": ["t"] * 6, "partition": [0] * 6,
+        "is_tombstone": [True, True, False, False, False, False], "topic_id": pa.array([None] * 6, pa.string()),
+        "offsets_partition": pa.array([0, 0, 1, 1, 3, 3], pa.int32()),
+        "offset": pa.array([7, 8, 5, 6, 2, 3], pa.int64())})
     kept = state_rows(commits)
     assert sorted(zip(kept.column("offsets_partition").to_pylist(), kept.column("offset").to_pylist(),
-                      strict=True)) == [(1, 6), (3, 3)]
+                      strict=True)) == [(0, 8), (1, 6), (3, 3)]
 
 
 @pytest.mark.spark
