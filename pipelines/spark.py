@@ -20,7 +20,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines import jvm_cache, jvm_output, spark_fork_server, spark_python
+from pipelines import ctrl_c, jvm_cache, jvm_output, spark_fork_server, spark_python
 from pipelines.spark_daemon import DAEMON_MODULE
 from pipelines.without_pandas import WORKERS_WITHOUT_PANDAS
 
@@ -234,7 +234,17 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     the user's and is returned as it is: the builder would otherwise write our settings into
     it, and a Delta catalog set on a session without Delta's jars breaks every later query
     of that session. Whether it can serve the Delta engine is checked where that is needed.
+
+    A Ctrl-C while the session starts ends the JVM being launched and is raised once the
+    start is cut short, never inside an import or a fork (:mod:`pipelines.ctrl_c`).
     """
+    began = _ticks_since_boot()
+    with ctrl_c.ctrl_c_deferred(lambda: _end_launch_unless_up(began)):
+        return _spark_session(app_name, master, delta_spark, extra_conf, own_workers)
+
+
+def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_conf: dict[str, str] | None,
+                   own_workers: bool):
     python_chosen = os.environ.get("PYSPARK_PYTHON"), os.environ.get("PYSPARK_DRIVER_PYTHON")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -281,7 +291,7 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
             spark = builder.getOrCreate()
     except BaseException as exc:
         _end_failed_launch(launch_began)
-        jvm_cache.abandon(archive, suspect=isinstance(exc, Exception))  # not for Ctrl-C
+        jvm_cache.abandon(archive, suspect=isinstance(exc, Exception) and not ctrl_c.pressed())  # not for Ctrl-C
         raise
     finally:
         for variable in launch_env:  # nothing else this process starts sees them
@@ -308,13 +318,22 @@ def _ticks_since_boot() -> int | None:
         return None
 
 
-def _end_failed_launch(began: int | None) -> None:
+def _end_launch_unless_up(began: int | None) -> None:
+    """After a Ctrl-C during :func:`spark_session`: end the JVM being launched, so that
+    pyspark's wait for its port ends at once; one whose gateway answers finishes its start
+    (a second or less), the Ctrl-C raised after it, as no call to it is cut."""
+    context = sys.modules.get("pyspark.core.context")
+    if context is None or context.SparkContext._gateway is None:
+        _end_failed_launch(began, reap=False)  # pyspark's wait reaps it: that is how it sees the end
+
+
+def _end_failed_launch(began: int | None, reap: bool = True) -> None:
     """Kill what remains of a JVM launch that failed or was interrupted (Ctrl-C while
     pyspark waits for its port: pyspark then removes the directory the JVM is to write its
     port to, the JVM's main thread dies of it, and py4j's server thread, no daemon, kept it
     alive for good: one orphaned JVM of ~450 MB per interrupted start). On Linux, by this
     process' children (``/proc``) started since the launch ``began`` (a caller's own
-    spark-submit is left alone); elsewhere nothing is done."""
+    spark-submit is left alone), waited for if ``reap``; elsewhere nothing is done."""
     if began is None:
         return
     me = os.getpid()
@@ -336,7 +355,8 @@ def _end_failed_launch(began: int | None) -> None:
             log.debug("ending the JVM launch that did not complete (pid %d)", pid)
             with suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+                if reap:
+                    os.waitpid(pid, 0)
 
 
 def _same_python(chosen: str | None) -> bool:
