@@ -69,7 +69,10 @@ def ctrl_c_deferred(cut_short: Callable[[], None]) -> Iterator[None]:
     def watch() -> None:
         while not done.wait(POLL_S):
             if _pressed:
-                cut_short()
+                try:
+                    cut_short()
+                except Exception:  # tried again at the next look; the Ctrl-C is raised anyway
+                    log.debug("cutting the block short failed", exc_info=True)
 
     signal.signal(signal.SIGINT, on_sigint)
     watcher = threading.Thread(target=watch, name="offsetlake-ctrl-c", daemon=True)

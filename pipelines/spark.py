@@ -322,8 +322,8 @@ def _end_launch_unless_up(began: int | None) -> None:
     """After a Ctrl-C during :func:`spark_session`: end the JVM being launched, so that
     pyspark's wait for its port ends at once; one whose gateway answers finishes its start
     (a second or less), the Ctrl-C raised after it, as no call to it is cut."""
-    context = sys.modules.get("pyspark.core.context")
-    if context is None or context.SparkContext._gateway is None:
+    context = getattr(sys.modules.get("pyspark.core.context"), "SparkContext", None)  # may be mid-import
+    if context is None or context._gateway is None:
         _end_failed_launch(began, reap=False)  # pyspark's wait reaps it: that is how it sees the end
 
 

@@ -169,3 +169,41 @@ def test_a_handler_set_within_stays_and_other_threads_are_left_alone() -> None:
         print(seen == [True])
     """)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["True", "True"], done.stderr
+
+
+def test_a_failing_cut_short_is_tried_again_and_the_ctrl_c_still_raised() -> None:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import _thread, time
+        from pipelines.ctrl_c import ctrl_c_deferred
+        tries = []
+        def cut_short():
+            tries.append(1)
+            raise AttributeError("partially initialized module")  # pyspark mid-import
+        try:
+            with ctrl_c_deferred(cut_short):
+                _thread.interrupt_main()
+                time.sleep(0.3)
+        except KeyboardInterrupt:
+            print("interrupted", len(tries) > 1)
+    """)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["interrupted", "True"], done.stderr
+    assert done.stderr == ""  # no thread's traceback
+
+
+def test_ending_the_launch_while_pyspark_is_mid_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher looks at pyspark's context module while the main thread may still be
+    importing it: a module without its SparkContext yet means no gateway yet."""
+    import types
+
+    from pipelines import spark
+
+    ended = []
+    monkeypatch.setattr(spark, "_end_failed_launch", lambda began, reap=True: ended.append((began, reap)))
+    monkeypatch.setitem(sys.modules, "pyspark.core.context", types.ModuleType("pyspark.core.context"))
+    spark._end_launch_unless_up(123)
+    assert ended == [(123, False)]  # not reaped: pyspark's own wait must see the end
+    up = types.ModuleType("pyspark.core.context")
+    up.SparkContext = type("SparkContext", (), {"_gateway": object()})
+    monkeypatch.setitem(sys.modules, "pyspark.core.context", up)
+    spark._end_launch_unless_up(124)
+    assert ended == [(123, False)]  # a gateway that answers: its start is not cut
