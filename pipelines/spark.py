@@ -239,12 +239,12 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
     start is cut short, never inside an import or a fork (:mod:`pipelines.ctrl_c`).
     """
     began = _ticks_since_boot()
-    with ctrl_c.ctrl_c_deferred(lambda: _end_launch_unless_up(began)):
-        return _spark_session(app_name, master, delta_spark, extra_conf, own_workers)
+    with ctrl_c.ctrl_c_deferred(lambda: _end_launch_unless_up(began)) as deferral:
+        return _spark_session(app_name, master, delta_spark, extra_conf, own_workers, deferral)
 
 
 def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_conf: dict[str, str] | None,
-                   own_workers: bool):
+                   own_workers: bool, deferral: ctrl_c.Deferral):
     python_chosen = os.environ.get("PYSPARK_PYTHON"), os.environ.get("PYSPARK_DRIVER_PYTHON")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -259,11 +259,8 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
     user_conf, jvm_running = user_spark_conf()
     settings = session_settings(user_conf, master=master, jvm_running=jvm_running,
                                 delta_spark=delta_spark, extra_conf=extra_conf)
-    builder = SparkSession.builder.appName(app_name)
-    if settings.master:
-        builder = builder.master(settings.master)
-    for key, value in settings.conf.items():
-        builder = builder.config(key, value)
+    options = {"spark.app.name": app_name, **({"spark.master": settings.master} if settings.master else {}),
+               **settings.conf}
     ours = bool(settings.submit_opts) and "SPARK_SUBMIT_OPTS" not in os.environ
     archive = jvm_cache.plan(os.environ, _spark_home(os.environ), settings.submit_opts or "",
                              user_conf.get("spark.driver.extraClassPath", "")) if ours else None
@@ -282,13 +279,13 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
         if own_workers:
             launch_env[WORKERS_WITHOUT_PANDAS] = "1"
             if launcher and os.environ.get("PYSPARK_PYTHON") == launcher and DAEMON_CONF not in user_conf:
-                builder = builder.config(DAEMON_CONF, DAEMON_MODULE)
+                options[DAEMON_CONF] = DAEMON_MODULE
                 launch_env.update(spark_fork_server.start({**os.environ, **launch_env}))
     os.environ.update(launch_env)
     launch_began = _ticks_since_boot()
     try:
         with jvm_output.forwarded():
-            spark = builder.getOrCreate()
+            spark = _get_or_create(options, deferral)
     except BaseException as exc:
         _end_failed_launch(launch_began)
         jvm_cache.abandon(archive, suspect=isinstance(exc, Exception) and not ctrl_c.pressed())  # not for Ctrl-C
@@ -303,6 +300,23 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
     log.debug("Spark session: master %s, %d settings of ours, user's kept: %s",
               spark.sparkContext.master, len(settings.conf), sorted(user_conf))
     return spark
+
+
+def _get_or_create(options: dict[str, str], deferral: ctrl_c.Deferral):
+    """The session, made as pyspark's builder makes it, in two steps: its context, then the
+    session. Why: the context sets pyspark's SIGINT handler (it cancels every job through
+    py4j), and making the session then takes the JVM ~0.5 s more; a Ctrl-C in that call
+    reached pyspark's handler inside the main thread's own read of py4j's socket: "reentrant
+    call", an ERROR with a traceback, the JVM lost, exit 1 instead of 130 (Ctrl-C 2.9-3.3 s
+    into every ingest here). Between the steps the Ctrl-C is taken back (:mod:`pipelines.ctrl_c`)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.config(map=options)
+    if not any(k in os.environ for k in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")):  # Connect: the builder's
+        SparkContext.getOrCreate(SparkConf().setAll(list(options.items())))
+        deferral.rearm()
+    return builder.getOrCreate()
 
 
 #: what a JVM pyspark launches runs as: its scripts, then the JVM they exec

@@ -207,3 +207,23 @@ def test_ending_the_launch_while_pyspark_is_mid_import(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "pyspark.core.context", up)
     spark._end_launch_unless_up(124)
     assert ended == [(123, False)]  # a gateway that answers: its start is not cut
+
+
+def test_rearm_takes_a_ctrl_c_back_from_pyspark_and_leaves_its_handler_at_the_end() -> None:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import _thread, signal, time
+        from pipelines.ctrl_c import ctrl_c_deferred
+        calls = []
+        def pysparks(signum, frame):  # cancels every job through py4j: not inside a py4j call
+            calls.append(signum)
+        try:
+            with ctrl_c_deferred(lambda: None) as deferral:
+                signal.signal(signal.SIGINT, pysparks)  # its context started
+                deferral.rearm()
+                _thread.interrupt_main()  # while the session is made
+                time.sleep(0.2)
+                print("held", calls == [])
+        except KeyboardInterrupt:
+            print("raised at the end", signal.getsignal(signal.SIGINT) is pysparks)
+    """)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["held", "True", "raised", "at", "the", "end", "True"], done.stderr

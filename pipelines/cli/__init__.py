@@ -78,14 +78,15 @@ def main(argv: Sequence[str] | None = None, standalone: bool = False) -> int:
 #: logs that one on the root logger)
 PY4J_ECHOES = ("There was an exception while executing the Python Proxy",
                "KeyboardInterrupt while sending command.")
-#: py4j's INFO line (with a traceback) when a call fails and it tries once more: after a
-#: Ctrl-C, the JVM that ended of it (the command reports the interrupt); otherwise kept
-PY4J_RETRY = "Exception while sending command."
+#: py4j's lines when a call fails and it tries once more, and when it closes the connection
+#: a Ctrl-C cut (its ERROR: the JVM's end of it already gone): after a Ctrl-C, its echo (the
+#: command reports the interrupt); otherwise kept
+PY4J_AFTER_CTRL_C = ("Exception while sending command.", "Exception occurred while shutting down connection")
 
 
 def _not_an_echo(record: logging.LogRecord) -> bool:
     message = str(record.msg)
-    return not (message.startswith(PY4J_ECHOES) or (INTERRUPTED.is_set() and message.startswith(PY4J_RETRY)))
+    return not (message.startswith(PY4J_ECHOES) or (INTERRUPTED.is_set() and message.startswith(PY4J_AFTER_CTRL_C)))
 
 
 _ONE_LINE_ERRORS = ("ClusterUnreachable", "NoBrokersAvailable", "NoSnapshotError",
@@ -173,7 +174,14 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
         # after a failure or Ctrl-C, what the JVM says while it stops (threads interrupted
         # mid-task) is its echo, and the command said what happened
         with jvm_output.hushed() if code != 0 else nullcontext():
-            stop_spark()
+            try:
+                stop_spark()
+            except Exception as exc:
+                if code == 0:
+                    raise
+                # a JVM that a Ctrl-C or the failure already ended (py4j: "Answer from Java
+                # side is empty"): the command said what happened, and exits with its status
+                log.debug("stopping Spark after the command's end", exc_info=exc)
     if "pipelines.jvm_cache" in sys.modules:  # a first run's JVM writes its class archive
         from pipelines import jvm_cache
 
