@@ -27,11 +27,14 @@ from tests.support.generated import generated_scenario
 
 
 def _ingest(data: Path, lake: Path, *extra: str, env_extra: dict[str, str] | None = None,
-            **popen) -> subprocess.Popen:
+            batch_records: int | None = 300, **popen) -> subprocess.Popen:
+    """``offsetlake ingest`` of ``data`` into ``lake`` in micro-batches of ``batch_records``
+    (many batches: time to interrupt one; None: the default)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETLAKE_SPARK_")}
     env.update(PYTHONPATH=str(REPO), **(env_extra or {}))
+    batches = ["--max-records-per-batch", str(batch_records)] if batch_records else []
     return subprocess.Popen([sys.executable, "-m", "pipelines.cli", *extra, "ingest", "--source", "segments",
-                             "--path", str(data), "--lake", str(lake), "--max-records-per-batch", "300"],
+                             "--path", str(data), "--lake", str(lake), *batches],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
@@ -46,15 +49,30 @@ def _read_until(run: subprocess.Popen, marker: str) -> None:
     pytest.fail("the run ended before " + marker + ": " + "".join(seen)[-2000:])
 
 
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generated cluster's segment files, shared by this module's runs (read only)."""
+    return generated_scenario(tmp_path_factory.mktemp("gen")) / "segments"
+
+
+@pytest.fixture(scope="module")
+def whole(generated: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The lake of one uninterrupted run over :func:`generated`, made once for the module,
+    in the default micro-batches (the interrupted runs cut theirs at 300 records: their
+    resumed lakes must not depend on where batches were cut either)."""
+    lake = tmp_path_factory.mktemp("whole") / "lake"
+    straight = _ingest(generated, lake, batch_records=None)
+    _, err = straight.communicate(timeout=600)
+    assert straight.returncode == 0, err[-3000:]
+    return lake
+
+
 def _rerun_equals_one_whole_run(data: Path, lake: Path, whole: Path) -> None:
     """The next run over the stopped one's lake ends as one uninterrupted run of the same
     files does, and holds no record twice."""
     again = _ingest(data, lake)
     _, err = again.communicate(timeout=600)
     assert again.returncode == 0, err[-3000:]
-    straight = _ingest(data, whole)
-    _, err = straight.communicate(timeout=600)
-    assert straight.returncode == 0, err[-3000:]
     for table in ("offsets_raw", "group_generations", "committed_offsets"):
         resumed = make_engine("delta-rs", str(lake)).read(table)
         expected = make_engine("delta-rs", str(whole)).read(table)
@@ -67,9 +85,9 @@ def _rerun_equals_one_whole_run(data: Path, lake: Path, whole: Path) -> None:
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("after", ["batch 1:", "batch 3:"])
-def test_ctrl_c_ends_ingest_in_one_line_and_loses_nothing(tmp_path: Path, after: str) -> None:
-    data = generated_scenario(tmp_path / "gen") / "segments"
-    lake = tmp_path / "lake"
+def test_ctrl_c_ends_ingest_in_one_line_and_loses_nothing(tmp_path: Path, after: str, generated: Path,
+                                                          whole: Path) -> None:
+    data, lake = generated, tmp_path / "lake"
     # our batch lines (INFO), to time the key; the JVM as quiet as by default (no progress bar)
     run = _ingest(data, lake, "--log-level", "INFO", start_new_session=True)
     _read_until(run, after)
@@ -81,7 +99,7 @@ def test_ctrl_c_ends_ingest_in_one_line_and_loses_nothing(tmp_path: Path, after:
              or line.startswith("\tat ") or "ERROR" in line]
     assert noise == [], rest[-3000:]
 
-    _rerun_equals_one_whole_run(data, lake, tmp_path / "whole")
+    _rerun_equals_one_whole_run(data, lake, whole)
 
 
 def _in_session(sid: int) -> list[int]:
@@ -114,11 +132,11 @@ def _assert_session_ends(sid: int) -> None:
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.8, 1.4])
-def test_ctrl_c_while_the_jvm_starts_leaves_no_process(tmp_path: Path, delay: float) -> None:
+def test_ctrl_c_while_the_jvm_starts_leaves_no_process(tmp_path: Path, delay: float, generated: Path) -> None:
     """Ctrl-C while pyspark waits for the JVM's port: pyspark removes the directory the JVM
     is to write it to, the JVM's main thread dies of it, and py4j's server thread (no
     daemon) kept the JVM alive for good. Now the launch is ended with the command."""
-    data = generated_scenario(tmp_path / "gen") / "segments"
+    data = generated
     run = _ingest(data, tmp_path / "lake", start_new_session=True)
     time.sleep(delay)
     os.killpg(run.pid, signal.SIGINT)
@@ -146,12 +164,12 @@ run(sys.argv[1:])
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_ctrl_c_while_the_session_is_made_ends_in_one_line(tmp_path: Path) -> None:
+def test_ctrl_c_while_the_session_is_made_ends_in_one_line(tmp_path: Path, generated: Path) -> None:
     """pyspark's handler cancelled every job through py4j from inside the main thread's own
     read of py4j's socket: "reentrant call", an ERROR with a traceback, the JVM's connection
     lost and exit 1 (every Ctrl-C 2.9-3.3 s into an ingest here). Now the session is made
     with the Ctrl-C held, and raised after (pipelines.spark._get_or_create)."""
-    data = generated_scenario(tmp_path / "gen") / "segments"
+    data = generated
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSETLAKE_SPARK_")}
     env.update(PYTHONPATH=str(REPO))
     run = subprocess.Popen([sys.executable, "-c", CTRL_C_WHILE_THE_SESSION_IS_MADE, "ingest", "--source",
@@ -166,12 +184,13 @@ def test_ctrl_c_while_the_session_is_made_ends_in_one_line(tmp_path: Path) -> No
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_a_schedulers_sigterm_ends_ingest_and_leaves_nothing(tmp_path: Path) -> None:
+def test_a_schedulers_sigterm_ends_ingest_and_leaves_nothing(tmp_path: Path, generated: Path,
+                                                             whole: Path) -> None:
     """Airflow stops a task (a timeout, "mark failed") with SIGTERM to its process group: the
     run ends by it at once, no process of it lives on and nothing of it stays in the
     temporary directory (the fork server's socket directory did, and a server that got the
     signal while it imported lived on), and the next run finishes exactly once."""
-    data = generated_scenario(tmp_path / "gen") / "segments"
+    data = generated
     lake, scratch = tmp_path / "lake", tmp_path / "tmp"
     scratch.mkdir()
     run = _ingest(data, lake, "--log-level", "INFO", start_new_session=True,
@@ -183,7 +202,7 @@ def test_a_schedulers_sigterm_ends_ingest_and_leaves_nothing(tmp_path: Path) -> 
     _assert_session_ends(run.pid)
     assert sorted(p.name for p in scratch.iterdir()) == []
 
-    _rerun_equals_one_whole_run(data, lake, tmp_path / "whole")
+    _rerun_equals_one_whole_run(data, lake, whole)
 
 
 def test_a_failed_launch_ends_only_its_own_processes(tmp_path: Path) -> None:
