@@ -1,5 +1,6 @@
-"""The CLI's ``reconcile`` imports GX without the integrations the gate never uses, and its
-gate decides exactly as GX imported as it is does.
+"""The CLI's ``reconcile`` imports GX without the integrations the gate never uses (and
+without running SciPy's and Altair's modules, which it imports for expectations the gate
+never runs), and its gate decides exactly as GX imported as it is does.
 
 Why: importing GX is most of a scheduled reconcile's own time, and GX imports every optional
 integration installed (pyspark with pyspark.ml, SQLAlchemy, cloud SDKs). The CLI's process
@@ -39,9 +40,14 @@ else:
     from pipelines.reconcile.reconcile import run_reconcile
     code = 0 if run_reconcile(lake, cluster_id="demo", fail_on_anomalies=("all",)).passed else 1
 watched = sys.argv[4].split(",")
+imported = sorted(m for m in watched if m in sys.modules)
+from scipy import stats  # what GX's import left unloaded works at its first use
+import altair
 with open(out, "w") as fh:
-    json.dump({"code": code, "imported": sorted(m for m in watched if m in sys.modules),
-               "finders": [type(f).__name__ for f in sys.meta_path]}, fh)
+    json.dump({"code": code, "imported": imported,
+               "finders": [type(f).__name__ for f in sys.meta_path],
+               "entropy": float(stats.entropy([0.25, 0.75], [0.5, 0.5])),
+               "chart": altair.Chart.__name__}, fh)
 """
 
 
@@ -62,7 +68,9 @@ def _run(lake: Path, work: Path, how: str) -> tuple[dict, list[tuple]]:
     copy = work / f"lake-{how}"
     shutil.copytree(lake, copy)
     out = work / f"{how}.json"
-    watched = ",".join([*GX_UNUSED_INTEGRATIONS, "kafka", "great_expectations"])
+    # SciPy's statistics and Altair run these when they load (GX_LOADED_ON_FIRST_USE)
+    watched = ",".join([*GX_UNUSED_INTEGRATIONS, "kafka", "great_expectations",
+                        "scipy.stats._stats_py", "altair.vegalite"])
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     probe = work / "probe.py"  # a file: under -c, pyspark's connect module exits (its doctest guard)
     probe.write_text(_PROBE)
@@ -79,9 +87,15 @@ def test_the_cli_gate_hides_unused_integrations_and_decides_as_gx_does(lake: Pat
     cli, cli_outcomes = _run(lake, tmp_path, "cli")
     library, library_outcomes = _run(lake, tmp_path, "library")
 
-    assert cli["imported"] == ["great_expectations"]  # no pyspark, SQLAlchemy, Kafka client
+    # no pyspark, SQLAlchemy, Kafka client; SciPy's statistics and Altair not loaded
+    assert cli["imported"] == ["great_expectations"]
     assert "NotInstalled" not in cli["finders"]  # gone once GX is imported
-    assert "pyspark" in library["imported"]  # a library caller's GX is left as it is
+    assert "LoadedOnFirstUse" not in cli["finders"]
+    # a library caller's GX is left as it is
+    assert {"pyspark", "scipy.stats._stats_py", "altair.vegalite"} <= set(library["imported"])
+    # and what the CLI's GX left unloaded loads and works at its first use
+    assert cli["entropy"] == library["entropy"] == pytest.approx(0.1308120, abs=1e-6)
+    assert cli["chart"] == library["chart"] == "Chart"
 
     assert cli["code"] == library["code"] == 1  # the anomalies fail the gate either way
     assert cli_outcomes == library_outcomes

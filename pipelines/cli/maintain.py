@@ -11,10 +11,12 @@ from pipelines.cli.common import (
     env,
     lake_from,
     spark_for_engine,
+    without_pandas_on_delta_rs,
 )
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
+    without_pandas_on_delta_rs(args)
     from pipelines.lake.maintain import maintain
 
     spark = spark_for_engine(args, "offsetlake-maintain")

@@ -19,6 +19,7 @@ from pipelines.cli.common import (
     gather_kafka_options,
     lake_engine,
     lake_from,
+    without_pandas_on_delta_rs,
 )
 
 log = logging.getLogger("offsetlake")
@@ -48,6 +49,7 @@ def store_recorded(lake: Path, live_dir: Path, cluster_id: str, require_stable: 
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
+    without_pandas_on_delta_rs(args)
     from pipelines.reconcile.snapshot import take_snapshot
 
     if args.recorded:

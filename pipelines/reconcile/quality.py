@@ -22,6 +22,8 @@ Public API: :func:`run_quality_gate`, :class:`QualityReport`, :class:`Expectatio
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import json
 import logging
 import os
@@ -324,31 +326,63 @@ GX_UNUSED_INTEGRATIONS = ("pyspark", "py4j", "sqlalchemy", "boto3", "botocore", 
                           "sqlalchemy_bigquery")
 
 
+#: What GX imports at its own import for expectations the gate never runs (the KL divergence
+#: and Kolmogorov-Smirnov tests): SciPy's statistics and Altair's charts, ~0.8 s of CPU.
+#: Both are required by GX, so they are not hidden but loaded on first use, if any.
+GX_LOADED_ON_FIRST_USE = ("scipy.stats", "altair")
+
 #: the GX modules the gate imports
 _GX_MODULES = ("great_expectations", "great_expectations.core.run_identifier",
                "great_expectations.data_context.types.base", "great_expectations.expectations")
 
 
+class LoadedOnFirstUse(importlib.abc.MetaPathFinder):
+    """Imports ``names`` as they are found, but runs a module's code only when one of its
+    attributes is first read (:class:`importlib.util.LazyLoader`): ``from scipy import
+    stats`` at a module's top costs nothing until ``stats.entropy`` is called."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in self.names:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None) if finder is not self else None
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = importlib.util.LazyLoader(spec.loader)
+        return spec
+
+
 def import_gx_without_unused_integrations() -> None:
-    """Import GX as though its integrations the gate does not use were not installed.
+    """Import GX as though its integrations the gate does not use were not installed, and
+    without running what it imports for expectations the gate never runs.
 
     Why: importing GX is most of a scheduled ``reconcile``'s own time, and GX imports every
     optional integration it finds (``GX_UNUSED_INTEGRATIONS``; pyspark is always installed
-    here). For a process that runs the gate and ends (the CLI's ``reconcile``) only: GX
-    keeps what it found for the process' life, so a notebook or an Airflow worker that also
-    runs GX on Spark or SQL must import it as it is. A package already imported stays
-    visible; the finder is gone once GX is imported."""
+    here) and SciPy's and Altair's modules (``GX_LOADED_ON_FIRST_USE``). For a process that
+    runs the gate and ends (the CLI's ``reconcile``) only: GX keeps what it found for the
+    process' life, so a notebook or an Airflow worker that also runs GX on Spark or SQL must
+    import it as it is. A package already imported stays as it is; the finders are gone once
+    GX is imported (a module left unloaded then loads at its first use)."""
     if "great_expectations" in sys.modules:
         return
     _quiet_gx()
-    finder = NotInstalled(tuple(name for name in GX_UNUSED_INTEGRATIONS if name not in sys.modules),
-                          "unused by the quality gate")
-    sys.meta_path.insert(0, finder)
+    finders = [NotInstalled(tuple(name for name in GX_UNUSED_INTEGRATIONS if name not in sys.modules),
+                            "unused by the quality gate"),
+               LoadedOnFirstUse(GX_LOADED_ON_FIRST_USE)]
+    sys.meta_path[:0] = finders
     try:
         for module in _GX_MODULES:
             importlib.import_module(module)
     finally:
-        sys.meta_path.remove(finder)
+        for finder in finders:
+            sys.meta_path.remove(finder)
 
 
 def _docs_dir(root: Any) -> Path | None:
