@@ -110,6 +110,35 @@ def _layouts(page: str) -> dict[str, dict]:
     return out
 
 
+def _figures(page: str) -> dict[str, dict]:
+    """Each figure, by its div id, as the page hands it to ``Plotly.newPlot``: its traces and
+    its layout."""
+    decoder, out = json.JSONDecoder(), {}
+    for m in re.finditer(r'Plotly\.newPlot\(\s*"([\w-]+)",\s*', page):
+        data, end = decoder.raw_decode(page, m.end())
+        out[m.group(1)] = {"data": data,
+                           "layout": decoder.raw_decode(page, end + page[end:].index("{"))[0]}
+    return out
+
+
+def test_every_figure_is_what_plotly_graph_objects_make_of_it(lakes, tmp_path: Path) -> None:
+    """The report writes its figures as plotly's JSON, unchecked (``render.figure_dict_div``):
+    here plotly's graph objects check each one, property by property (an unknown property or
+    a value of the wrong kind raises), and must give back the very same figure (nothing
+    coerced, nothing added)."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    lake, bare, _ = lakes
+    figures = {**_figures(write_report(bare, tmp_path / "bare.html").read_text()),
+               **_figures(write_report(lake, tmp_path / "checked.html").read_text())}
+    assert set(PLOTS) <= set(figures) and len(figures) > len(PLOTS)  # the group pages' too
+    assert any(len(f["data"]) > 20 for f in figures.values())
+    for div, figure in figures.items():
+        checked = go.Figure(data=figure["data"], layout=figure["layout"])
+        assert json.loads(pio.to_json(checked, validate=True)) == figure, div
+
+
 def test_every_figure_has_the_report_look_and_plotly_is_left_as_found(lakes, tmp_path: Path) -> None:
     import plotly.io as pio
     from plotly.utils import PlotlyJSONEncoder
@@ -117,7 +146,7 @@ def test_every_figure_has_the_report_look_and_plotly_is_left_as_found(lakes, tmp
     lake, _, _ = lakes
     before = pio.templates.default
     layouts = _layouts(write_report(lake, tmp_path / "look.html").read_text())
-    assert pio.templates.default == before  # the report's template was plotly's default only meanwhile
+    assert pio.templates.default == before  # plotly's default template is left as it was
     white = json.loads(json.dumps(pio.templates["plotly_white"].to_plotly_json(), cls=PlotlyJSONEncoder))
     assert set(PLOTS) <= set(layouts) and len(layouts) > len(PLOTS)  # the group pages' too
     for div, layout in layouts.items():

@@ -9,14 +9,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import plotly.graph_objects as go
-
 from pipelines.queries import run_duckdb
 from pipelines.report.render import (
     MAX_GROUPS,
     MAX_RISK_ROWS,
     esc,
-    figure_div,
+    figure_dict_div,
     fmt_ts,
     html_note,
     html_table,
@@ -59,7 +57,7 @@ def generations_section(lake: Path, group: str | None, last: datetime | None,
         f"The {len(groups)} groups with the most group records of {len(by_group)}; "
         "<code>offsetlake report --group G</code> shows one.")
     end = last or max(r["event_time"] for r in rows)
-    fig = go.Figure()
+    traces: list[dict[str, Any]] = []
     shade = ["#9ecae1", "#4292c6"]
     span_x: list[list[Any]] = [[], []]
     span_y: list[list[Any]] = [[], []]
@@ -83,28 +81,26 @@ def generations_section(lake: Path, group: str | None, last: datetime | None,
             hover_text.append(f"<b>{esc(g)}</b><br>generation/epoch {gen} · up to {members} "
                               f"member(s)<br>{fmt_ts(r['event_time'])} → {fmt_ts(stop_at)}")
     for k in (0, 1):
-        fig.add_trace(go.Scatter(x=span_x[k], y=span_y[k], mode="lines", hoverinfo="skip",
-                                 line={"width": 14, "color": shade[k]}, showlegend=k == 0,
-                                 name="generation (alternating shade)"))
-    fig.add_trace(go.Scatter(x=hover_x, y=hover_y, mode="markers", text=hover_text,
-                             hoverinfo="text", marker={"size": 6, "color": "rgba(0,0,0,0)"},
-                             showlegend=False))
+        traces.append({"type": "scatter", "x": span_x[k], "y": span_y[k], "mode": "lines",
+                       "hoverinfo": "skip", "line": {"width": 14, "color": shade[k]},
+                       "showlegend": k == 0, "name": "generation (alternating shade)"})
+    traces.append({"type": "scatter", "x": hover_x, "y": hover_y, "mode": "markers", "text": hover_text,
+                   "hoverinfo": "text", "marker": {"size": 6, "color": "rgba(0,0,0,0)"},
+                   "showlegend": False})
     for event, (symbol, color) in _EVENTS.items():
         pts = [r for g in groups for r in by_group[g] if r["event"] == event]
         if not pts:
             continue
-        fig.add_trace(go.Scatter(
-            x=[r["event_time"] for r in pts], y=[r["group_id"] for r in pts], mode="markers",
-            name=event, marker={"symbol": symbol, "size": 11, "color": color,
-                                "line": {"width": 1.2, "color": color}},
-            text=[_event_hover(r) for r in pts], hoverinfo="text"))
-    fig.update_layout(height=120 + 34 * len(groups), title={"text": "Generations and rebalances",
-                                                            "x": 0.5},
-                      xaxis={"title": "time (UTC)"},
-                      yaxis={"categoryorder": "array", "categoryarray": groups[::-1],
-                             "automargin": True},
-                      legend={"orientation": "h", "y": -0.12 if len(groups) > 6 else -0.3})
-    return figure_div(fig, "plot-generations") + shown + _risk_table(lake, group, since)
+        traces.append({
+            "type": "scatter", "x": [r["event_time"] for r in pts], "y": [r["group_id"] for r in pts],
+            "mode": "markers", "name": event,
+            "marker": {"symbol": symbol, "size": 11, "color": color, "line": {"width": 1.2, "color": color}},
+            "text": [_event_hover(r) for r in pts], "hoverinfo": "text"})
+    layout = {"height": 120 + 34 * len(groups), "title": {"text": "Generations and rebalances", "x": 0.5},
+              "xaxis": {"title": {"text": "time (UTC)"}},
+              "yaxis": {"categoryorder": "array", "categoryarray": groups[::-1], "automargin": True},
+              "legend": {"orientation": "h", "y": -0.12 if len(groups) > 6 else -0.3}}
+    return figure_dict_div({"data": traces, "layout": layout}, "plot-generations") + shown + _risk_table(lake, group, since)
 
 
 def _timeline_rows(lake: Path, group: str | None, since: datetime | None) -> list[dict[str, Any]]:

@@ -23,11 +23,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
-import plotly.graph_objects as go
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
-from plotly.subplots import make_subplots
 
 from pipelines.lake.location import LakeLocation
 from pipelines.queries import is_remote, open_table, plain_files
@@ -35,13 +33,15 @@ from pipelines.report.render import (
     MAX_PARTITIONS,
     PALETTE,
     esc,
-    figure_div,
+    figure_dict_div,
     fmt_ms,
     fmt_ts,
     html_note,
     html_table,
+    merge_layout,
     query_rows,
     short_member,
+    subplot_axes,
 )
 from pipelines.report.window import filter_window, fresh_files
 
@@ -143,26 +143,28 @@ def _lag_over_snapshots(group_id: str, slug: str, rows: list[dict[str, Any]],
     busiest = sorted(series, key=lambda k: (-max((r["lag"] or 0) for r in series[k]), k))
     shown = sorted(busiest[:MAX_PARTITIONS])
     with_time = has_time_lag and any(r.get("time_lag_ms") is not None for r in rows)
-    fig = make_subplots(rows=2 if with_time else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=["offset lag (records)"] + (["time lag (seconds)"] if with_time
-                                                                   else []))
+    layout = subplot_axes(rows=2 if with_time else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                          subplot_titles=("offset lag (records)", *(["time lag (seconds)"] if with_time else [])))
+    traces: list[dict[str, Any]] = []
     for i, name in enumerate(shown):
         pts = series[name]
         colour = PALETTE[i % len(PALETTE)]
-        fig.add_trace(go.Scatter(
-            x=[r["captured_at"] for r in pts], y=[r["lag"] for r in pts], name=name,
-            legendgroup=name, mode="lines+markers", line={"color": colour, "width": 1.5},
-            hovertemplate=f"{name}<br>%{{x}}<br>lag %{{y:,}} records<extra></extra>"), row=1, col=1)
+        traces.append({
+            "type": "scatter", "x": [r["captured_at"] for r in pts], "y": [r["lag"] for r in pts],
+            "name": name, "legendgroup": name, "mode": "lines+markers",
+            "line": {"color": colour, "width": 1.5},
+            "hovertemplate": f"{name}<br>%{{x}}<br>lag %{{y:,}} records<extra></extra>",
+            "xaxis": "x", "yaxis": "y"})
         if with_time:
-            fig.add_trace(go.Scatter(
-                x=[r["captured_at"] for r in pts],
-                y=[None if r.get("time_lag_ms") is None else r["time_lag_ms"] / 1000 for r in pts],
-                name=f"{name} time", legendgroup=name, showlegend=False, mode="lines+markers",
-                line={"color": colour, "width": 1.5, "dash": "dot"},
-                hovertemplate=f"{name}<br>%{{x}}<br>time lag %{{y:,.3f}} s<extra></extra>"),
-                row=2, col=1)
-    fig.update_layout(height=520 if with_time else 340, legend={"title": {"text": "partition"}},
-                      title={"text": f"Lag of {group_id} over snapshots", "x": 0.5})
+            traces.append({
+                "type": "scatter", "x": [r["captured_at"] for r in pts],
+                "y": [None if r.get("time_lag_ms") is None else r["time_lag_ms"] / 1000 for r in pts],
+                "name": f"{name} time", "legendgroup": name, "showlegend": False,
+                "mode": "lines+markers", "line": {"color": colour, "width": 1.5, "dash": "dot"},
+                "hovertemplate": f"{name}<br>%{{x}}<br>time lag %{{y:,.3f}} s<extra></extra>",
+                "xaxis": "x2", "yaxis": "y2"})
+    merge_layout(layout, {"height": 520 if with_time else 340, "legend": {"title": {"text": "partition"}},
+                          "title": {"text": f"Lag of {group_id} over snapshots", "x": 0.5}})
     notes = []
     if len(shown) < len(series):
         notes.append(f"Showing the {len(shown)} partitions with the highest lag of {len(series)}.")
@@ -190,7 +192,8 @@ def _lag_over_snapshots(group_id: str, slug: str, rows: list[dict[str, Any]],
                     fmt_ms(int(eta * 1000)) + " (estimate)" if eta is not None else "—"]
         body.append(row)
     table = html_table(columns, body, classes="compact")
-    return (figure_div(fig, f"plot-group-{slug}-lag") + "".join(html_note(n) for n in notes)
+    return (figure_dict_div({"data": traces, "layout": layout}, f"plot-group-{slug}-lag")
+            + "".join(html_note(n) for n in notes)
             + f"<details><summary>Lag at the latest snapshot ({fmt_ts(latest)})</summary>"
               f"{table}</details>")
 
@@ -297,27 +300,27 @@ def attributed_commits_html(group_id: str, slug: str, summary: AttributedCommits
         return html_note(f"{summary.rows:,} attributed commits, none with a timestamp to plot.")
     first, bucket_ms, counts, per_label = (summary.first, summary.bucket_ms, summary.counts,
                                            summary.per_label)
-    fig = go.Figure()
+    traces: list[dict[str, Any]] = []
     labels = sorted(per_label, key=lambda k: (k.startswith("("), -per_label[k]["n"], k))
     for i, label in enumerate(labels):
         xs = sorted(counts[label])
         colour = _NOT_OWNER_COLOURS.get(per_label[label]["attribution"], PALETTE[i % len(PALETTE)])
-        fig.add_trace(go.Bar(
-            x=[datetime.fromtimestamp(first.timestamp() + b * bucket_ms / 1000, tz=timezone.utc)
-               for b in xs],
-            y=[counts[label][b] for b in xs], name=label, marker={"color": colour},
-            hovertemplate=f"{esc(label)}<br>%{{x}}<br>%{{y:,}} commit(s)<extra></extra>"))
-    fig.update_layout(barmode="stack", height=340, bargap=0.05,
-                      title={"text": f"Commits of {group_id} by owner ({fmt_ms(bucket_ms)} buckets)",
-                             "x": 0.5},
-                      yaxis={"title": "commit records"}, legend={"title": {"text": "committed by"}})
+        traces.append({
+            "type": "bar",
+            "x": [datetime.fromtimestamp(first.timestamp() + b * bucket_ms / 1000, tz=timezone.utc)
+                  for b in xs],
+            "y": [counts[label][b] for b in xs], "name": label, "marker": {"color": colour},
+            "hovertemplate": f"{esc(label)}<br>%{{x}}<br>%{{y:,}} commit(s)<extra></extra>"})
+    layout = {"barmode": "stack", "height": 340, "bargap": 0.05,
+              "title": {"text": f"Commits of {group_id} by owner ({fmt_ms(bucket_ms)} buckets)", "x": 0.5},
+              "yaxis": {"title": {"text": "commit records"}}, "legend": {"title": {"text": "committed by"}}}
     table = html_table(["committed by", "attribution", "host", "member ids", "commits", "first",
                         "last"],
                        [(label, per_label[label]["attribution"] or "—", per_label[label]["host"] or "—",
                          ", ".join(short_member(m) for m in sorted(per_label[label]["members"])) or "—",
                          per_label[label]["n"], fmt_ts(per_label[label]["first"]),
                          fmt_ts(per_label[label]["last"])) for label in labels], classes="compact")
-    return figure_div(fig, f"plot-group-{slug}-commits") + table
+    return figure_dict_div({"data": traces, "layout": layout}, f"plot-group-{slug}-commits") + table
 
 
 def _anomalies(group_id: str, slug: str, rows: list[dict[str, Any]], table_exists: bool) -> str:
@@ -327,22 +330,23 @@ def _anomalies(group_id: str, slug: str, rows: list[dict[str, Any]], table_exist
         return html_note("No offset anomalies recorded for this group.")
     rows = sorted(rows, key=lambda r: (r["record_timestamp"] or datetime.min.replace(tzinfo=timezone.utc),
                                        r["offset"]))
-    fig = go.Figure()
+    traces: list[dict[str, Any]] = []
     for severity in sorted({r["severity"] for r in rows}):
         pts = [r for r in rows if r["severity"] == severity]
-        fig.add_trace(go.Scatter(
-            x=[r["record_timestamp"] for r in pts], y=[r["kind"] for r in pts], mode="markers",
-            name=severity, marker={"size": 10, "color": _SEVERITY_COLOURS.get(severity, "#6b7785"),
-                                   "symbol": "diamond", "line": {"width": 1, "color": "white"}},
-            customdata=[[f"{r['topic']}-{r['partition']}", r["committed_offset"],
-                         "—" if r.get("previous_offset") is None else r["previous_offset"],
-                         esc(r.get("member_id") or r.get("attribution") or "—")] for r in pts],
-            hovertemplate=("%{y}<br>%{x}<br>%{customdata[0]} committed %{customdata[1]}"
-                           " (before: %{customdata[2]})<br>by %{customdata[3]}<extra></extra>")))
+        traces.append({
+            "type": "scatter", "x": [r["record_timestamp"] for r in pts], "y": [r["kind"] for r in pts],
+            "mode": "markers", "name": severity,
+            "marker": {"size": 10, "color": _SEVERITY_COLOURS.get(severity, "#6b7785"),
+                       "symbol": "diamond", "line": {"width": 1, "color": "white"}},
+            "customdata": [[f"{r['topic']}-{r['partition']}", r["committed_offset"],
+                            "—" if r.get("previous_offset") is None else r["previous_offset"],
+                            esc(r.get("member_id") or r.get("attribution") or "—")] for r in pts],
+            "hovertemplate": ("%{y}<br>%{x}<br>%{customdata[0]} committed %{customdata[1]}"
+                              " (before: %{customdata[2]})<br>by %{customdata[3]}<extra></extra>")})
     kinds = sorted({r["kind"] for r in rows})
-    fig.update_layout(height=max(220, 120 + 34 * len(kinds)), yaxis={"automargin": True},
-                      title={"text": f"Offset anomalies of {group_id}", "x": 0.5},
-                      legend={"title": {"text": "severity"}})
+    layout = {"height": max(220, 120 + 34 * len(kinds)), "yaxis": {"automargin": True},
+              "title": {"text": f"Offset anomalies of {group_id}", "x": 0.5},
+              "legend": {"title": {"text": "severity"}}}
     by_kind = defaultdict(int)
     for r in rows:
         by_kind[(r["kind"], r["severity"])] += 1
@@ -356,7 +360,8 @@ def _anomalies(group_id: str, slug: str, rows: list[dict[str, Any]], table_exist
                         for r in shown], classes="compact")
     more = (html_note(f"First {MAX_ANOMALY_ROWS} of {len(rows):,} anomalies.")
             if len(rows) > MAX_ANOMALY_ROWS else "")
-    return (figure_div(fig, f"plot-group-{slug}-anomalies") + f"<p>{len(rows):,} anomalies: "
+    return (figure_dict_div({"data": traces, "layout": layout}, f"plot-group-{slug}-anomalies")
+            + f"<p>{len(rows):,} anomalies: "
             f"{esc(counts)}</p>" + more + table)
 
 

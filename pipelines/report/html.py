@@ -30,7 +30,7 @@ from pipelines.lake.location import LakeLocation, lake_location
 from pipelines.queries import duckdb_connection, utc_instant
 from pipelines.report.generations import generations_section
 from pipelines.report.group_page import group_pages
-from pipelines.report.render import esc, fmt_ts, html_note, query_rows, report_template
+from pipelines.report.render import esc, fmt_ts, html_note, query_rows
 from pipelines.report.sections import (
     commit_rate_section,
     lag_section,
@@ -160,37 +160,36 @@ def write_report(lake: Path | str | LakeLocation, out: Path, group: str | None =
     lake, out = lake_location(lake), Path(out)
     if not DeltaTable.is_deltatable(lake.join("offsets_raw"), storage_options=lake.delta_options()):
         raise FileNotFoundError(f"{lake} holds no offsetlake lake (no offsets_raw table)")
-    with report_template():  # the figures are made in there
-        con = duckdb_connection(lake, [t for t in _TABLES if t != "offset_commits"])
-        try:
-            window = _window_start(con, lake, since)
-            register_history(con, lake, window)
-            if group is not None and not query_rows(con, """
-                    SELECT 1 AS found FROM offset_commits WHERE group_id = $g
-                    UNION ALL SELECT 1 FROM group_metadata WHERE group_id = $g
-                    UNION ALL SELECT 1 FROM committed_offsets WHERE group_id = $g LIMIT 1""", g=group):
-                raise ValueError(f"group {group!r} does not appear in {lake}")
-            summary, info = summary_section(con, lake, group)
-            first = info["first"] if window is None or info["first"] is None else max(info["first"], window)
-            if window is not None:
-                summary += html_note(f"History window: the plots and group pages show the commits from "
-                                     f"{fmt_ts(window)} on (<code>--since</code>); the counts above, "
-                                     "the current lag and the reconciliation cover the whole lake.")
-            has_snapshots = bool(query_rows(con, "SELECT 1 AS x FROM snapshot_log_end_offsets LIMIT 1"))
-            sections = [
-                _Section("Summary", summary, "summary"),
-                _Section("Committed offsets and lag", offsets_section(con, group, first, info["last"]),
-                         "offsets"),
-                _Section("Current lag", lag_section(lake, group, has_snapshots), "lag"),
-                _Section("Commit rate", commit_rate_section(con, group, first, info["last"]),
-                         "commit-rate"),
-                _Section("Generations and rebalances",
-                         generations_section(lake, group, info["last"], since=window), "generations"),
-                _Section("Groups", group_pages(con, lake, group, since=window), "groups"),
-                _Section("Latest reconciliation", reconciliation_section(con, group), "reconciliation"),
-            ]
-        finally:
-            con.close()
+    con = duckdb_connection(lake, [t for t in _TABLES if t != "offset_commits"])
+    try:
+        window = _window_start(con, lake, since)
+        register_history(con, lake, window)
+        if group is not None and not query_rows(con, """
+                SELECT 1 AS found FROM offset_commits WHERE group_id = $g
+                UNION ALL SELECT 1 FROM group_metadata WHERE group_id = $g
+                UNION ALL SELECT 1 FROM committed_offsets WHERE group_id = $g LIMIT 1""", g=group):
+            raise ValueError(f"group {group!r} does not appear in {lake}")
+        summary, info = summary_section(con, lake, group)
+        first = info["first"] if window is None or info["first"] is None else max(info["first"], window)
+        if window is not None:
+            summary += html_note(f"History window: the plots and group pages show the commits from "
+                                 f"{fmt_ts(window)} on (<code>--since</code>); the counts above, "
+                                 "the current lag and the reconciliation cover the whole lake.")
+        has_snapshots = bool(query_rows(con, "SELECT 1 AS x FROM snapshot_log_end_offsets LIMIT 1"))
+        sections = [
+            _Section("Summary", summary, "summary"),
+            _Section("Committed offsets and lag", offsets_section(con, group, first, info["last"]),
+                     "offsets"),
+            _Section("Current lag", lag_section(lake, group, has_snapshots), "lag"),
+            _Section("Commit rate", commit_rate_section(con, group, first, info["last"]),
+                     "commit-rate"),
+            _Section("Generations and rebalances",
+                     generations_section(lake, group, info["last"], since=window), "generations"),
+            _Section("Groups", group_pages(con, lake, group, since=window), "groups"),
+            _Section("Latest reconciliation", reconciliation_section(con, group), "reconciliation"),
+        ]
+    finally:
+        con.close()
     now = datetime.now(timezone.utc).replace(microsecond=0)
     title = f"offsetlake report — {group}" if group else "offsetlake report"
     meta = (f"{esc(', '.join(info['clusters']) or 'no cluster')} · history "

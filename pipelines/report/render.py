@@ -4,13 +4,13 @@ file small. Every section module renders through these, so the pages look alike.
 
 from __future__ import annotations
 
-import contextlib
+import copy
+import functools
 import html
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-import plotly.graph_objects as go
 import plotly.io as pio
 
 #: The offsets plot gets a dropdown of at most this many groups (the busiest) ...
@@ -89,28 +89,70 @@ def html_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], classes: s
 
 #: the look of every figure
 TEMPLATE = "plotly_white"
+#: what every figure's layout gets last, over its own
+_LOOK = {"font": {"family": "Inter, system-ui, sans-serif", "size": 12},
+         "margin": {"l": 60, "r": 20, "t": 40, "b": 40}, "hoverlabel": {"namelength": -1}}
 
 
-@contextlib.contextmanager
-def report_template() -> Iterator[None]:
-    """Plotly's default template is the report's while its figures are made: a figure takes
-    the default, validated once, when it is created, where setting the template on each
-    figure validated all of it again (~8 ms a figure, a fifth of a small report's CPU)."""
-    saved = pio.templates.default
-    pio.templates.default = TEMPLATE
-    try:
-        yield
-    finally:
-        pio.templates.default = saved
+def figure_dict_div(figure: dict[str, Any], div_id: str) -> str:
+    """A figure given as plotly's JSON (``{"data": [trace dicts], "layout": {...}}``) as a
+    div, in the report's look (:data:`TEMPLATE`, then :data:`_LOOK` over its layout).
+
+    Why dicts, not plotly's graph objects: plotly checks every property of a graph object as
+    it is set, and copies the whole figure again to write it; the offsets plot's hundreds of
+    traces (three per partition of each of 20 groups) took most of a small report's CPU that
+    way. ``tests/test_report.py`` has plotly check every figure of a report, property by
+    property, so that each is what graph objects would make. Keys are written sorted: a
+    figure's text depends on its content only."""
+    layout = {k: v for k, v in figure["layout"].items() if k != "template"}
+    layout = _sorted_keys(merge_layout(layout, _LOOK))
+    layout["template"] = _template()  # the report's, whatever the figure was made with
+    body = {"data": [_sorted_keys(trace) for trace in figure["data"]], "layout": layout}
+    return pio.to_html(body, validate=False, full_html=False, include_plotlyjs=False,
+                       div_id=div_id, config=_PLOT_CONFIG)
 
 
-def figure_div(fig: go.Figure, div_id: str) -> str:
-    own = {} if pio.templates.default == TEMPLATE else {"template": TEMPLATE}  # made outside
-    fig.update_layout(font={"family": "Inter, system-ui, sans-serif", "size": 12},
-                      margin={"l": 60, "r": 20, "t": 40, "b": 40},
-                      hoverlabel={"namelength": -1}, **own)
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
-                       config=_PLOT_CONFIG)
+def merge_layout(layout: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` merged into ``layout`` as plotly's ``update_layout`` does: nested dicts
+    property by property, anything else (lists included) replaced."""
+    for name, value in update.items():
+        if isinstance(value, dict) and isinstance(layout.get(name), dict):
+            layout[name] = merge_layout(dict(layout[name]), value)
+        else:
+            layout[name] = value
+    return layout
+
+
+def subplot_axes(**options: Any) -> dict[str, Any]:
+    """The layout plotly's ``make_subplots(**options)`` makes (the axes, their domains and
+    anchors, the subplot titles), without a template: a fresh copy, made once per process.
+    A trace of row r, column c refers to its axes as ``"x"``/``"y"`` for the first subplot,
+    ``"x2"``/``"y2"`` for the second, in rows' order."""
+    return copy.deepcopy(_subplot_layout(tuple(sorted(options.items()))))
+
+
+@functools.lru_cache(maxsize=8)
+def _subplot_layout(options: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    from plotly.subplots import make_subplots
+
+    layout = make_subplots(**dict(options)).to_dict()["layout"]
+    layout.pop("template", None)
+    return layout
+
+
+@functools.lru_cache(maxsize=1)
+def _template() -> dict[str, Any]:
+    """:data:`TEMPLATE` as plotly's JSON, its keys sorted (shared by every figure: only read)."""
+    return _sorted_keys(pio.templates[TEMPLATE].to_plotly_json())
+
+
+def _sorted_keys(value: Any) -> Any:
+    """``value`` with every dict's keys in order; lists of plain values (the data) as they are."""
+    if isinstance(value, dict):
+        return {k: _sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list) and value and isinstance(value[0], (dict, list)):
+        return [_sorted_keys(v) for v in value]
+    return value
 
 
 def query_rows(con: Any, sql: str, **params: Any) -> list[dict[str, Any]]:

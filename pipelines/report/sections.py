@@ -9,9 +9,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
-
 from pipelines.lake.location import lake_location
 from pipelines.lake.summary import lake_counts
 from pipelines.queries import run_duckdb
@@ -23,14 +20,16 @@ from pipelines.report.render import (
     PALETTE,
     RATE_BUCKETS,
     esc,
-    figure_div,
+    figure_dict_div,
     fmt_exact_ms,
     fmt_ms,
     fmt_ts,
     html_note,
     html_table,
+    merge_layout,
     nice_bucket,
     query_rows,
+    subplot_axes,
 )
 from pipelines.report.window import history_span
 
@@ -161,7 +160,7 @@ def offsets_section(con: Any, group: str | None, first: datetime | None, last: d
         notes.append("The snapshots recorded end offsets but no per-group lag (snapshot_lag).")
     notes.append(f"Series: the last commit per partition per {fmt_ms(bucket)}; a gap is an "
                  "offset deleted (tombstone).")
-    return figure_div(fig, "plot-offsets") + "".join(html_note(n) for n in notes)
+    return figure_dict_div(fig, "plot-offsets") + "".join(html_note(n) for n in notes)
 
 
 def _offset_series(con: Any, groups: list[str], bucket: int) -> _OffsetSeries:
@@ -187,14 +186,16 @@ def _offset_series(con: Any, groups: list[str], bucket: int) -> _OffsetSeries:
     return _OffsetSeries(by_key, ends_by_tp, lag_by_key, bool(ends), bool(lags))
 
 
-def _offsets_figure(groups: list[str], data: _OffsetSeries) -> tuple[go.Figure, list[str]]:
+def _offsets_figure(groups: list[str], data: _OffsetSeries) -> tuple[dict[str, Any], list[str]]:
     """Committed offsets and end offsets above, lag below; one group visible at a time (a
-    dropdown switches), the busiest partitions of each. Returns the figure and the groups
-    whose partitions were cut to :data:`MAX_PARTITIONS`."""
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        row_heights=[0.64, 0.36],
-                        subplot_titles=("Committed offset (lines) and log end offset at "
-                                        "snapshots (diamonds)", "Lag at snapshots"))
+    dropdown switches), the busiest partitions of each. Returns the figure (plotly's JSON:
+    :func:`~pipelines.report.render.figure_dict_div`) and the groups whose partitions were
+    cut to :data:`MAX_PARTITIONS`."""
+    layout = subplot_axes(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                          row_heights=(0.64, 0.36),
+                          subplot_titles=("Committed offset (lines) and log end offset at "
+                                          "snapshots (diamonds)", "Lag at snapshots"))
+    traces: list[dict[str, Any]] = []
     owner: list[str] = []
     truncated = []
     for gi, g in enumerate(groups):
@@ -203,56 +204,62 @@ def _offsets_figure(groups: list[str], data: _OffsetSeries) -> tuple[go.Figure, 
             truncated.append(f"{g}: {MAX_PARTITIONS} of {len(keys)} partitions")
             keys = keys[:MAX_PARTITIONS]
         for i, key in enumerate(sorted(keys, key=lambda k: (k[1], k[2]))):
-            added = _partition_traces(fig, data, key, PALETTE[i % len(PALETTE)], gi == 0)
+            added = _partition_traces(traces, data, key, PALETTE[i % len(PALETTE)], gi == 0)
             owner += [g] * added
     if len(groups) > 1:
         buttons = [{"label": g, "method": "update",
                     "args": [{"visible": [o == g for o in owner]},
                              {"title.text": f"Offsets of {g}"}]} for g in groups]
-        fig.update_layout(updatemenus=[{"buttons": buttons, "x": 0, "xanchor": "left", "y": 1.16,
-                                        "yanchor": "top", "direction": "down",
-                                        "bgcolor": "white", "showactive": True}])
-    fig.update_layout(title={"text": f"Offsets of {groups[0]}", "x": 0.5}, height=640,
-                      legend={"title": {"text": "partition"}},
-                      margin={"t": 90})
-    fig.update_yaxes(title_text="offset", row=1, col=1, tickformat=",")
-    fig.update_yaxes(title_text="records behind", row=2, col=1, tickformat=",",
-                     rangemode="tozero")
-    fig.update_xaxes(title_text="time (UTC)", row=2, col=1)
-    return fig, truncated
+        merge_layout(layout, {"updatemenus": [{"buttons": buttons, "x": 0, "xanchor": "left", "y": 1.16,
+                                               "yanchor": "top", "direction": "down",
+                                               "bgcolor": "white", "showactive": True}]})
+    merge_layout(layout, {"title": {"text": f"Offsets of {groups[0]}", "x": 0.5}, "height": 640,
+                          "legend": {"title": {"text": "partition"}}, "margin": {"t": 90},
+                          "yaxis": {"title": {"text": "offset"}, "tickformat": ","},
+                          "yaxis2": {"title": {"text": "records behind"}, "tickformat": ",",
+                                     "rangemode": "tozero"},
+                          "xaxis2": {"title": {"text": "time (UTC)"}}})
+    return {"data": traces, "layout": layout}, truncated
 
 
-def _partition_traces(fig: go.Figure, data: _OffsetSeries, key: tuple[str, str, int],
+#: the axes of each row of the offsets plot
+_ROW_AXES = {1: {"xaxis": "x", "yaxis": "y"}, 2: {"xaxis": "x2", "yaxis": "y2"}}
+
+
+def _partition_traces(traces: list[dict[str, Any]], data: _OffsetSeries, key: tuple[str, str, int],
                       color: str, visible: bool) -> int:
     """One partition's committed-offset line, its end-offset diamonds and its lag line
-    (those the snapshots have); returns how many traces were added."""
+    (those the snapshots have), as plotly's trace dicts; returns how many were added."""
     g, name = key[0], f"{key[1]}-{key[2]}"
     pts = data.by_key[key]
-    fig.add_trace(go.Scatter(
-        x=[p["t"] for p in pts], y=[p["committed"] for p in pts], name=name,
-        legendgroup=name, mode="lines", line={"shape": "hv", "color": color, "width": 1.6},
-        visible=visible, hovertemplate=f"{esc(g)} {name}<br>%{{x}}<br>committed "
-                                       "%{y:,}<extra></extra>"), row=1, col=1)
+    traces.append({
+        "type": "scatter", "x": [p["t"] for p in pts], "y": [p["committed"] for p in pts],
+        "name": name, "legendgroup": name, "mode": "lines",
+        "line": {"shape": "hv", "color": color, "width": 1.6}, "visible": visible,
+        "hovertemplate": f"{esc(g)} {name}<br>%{{x}}<br>committed %{{y:,}}<extra></extra>",
+        **_ROW_AXES[1]})
     added = 1
     tp_ends = data.ends_by_tp.get((key[1], key[2]), [])
     if tp_ends:
-        fig.add_trace(go.Scatter(
-            x=[e["captured_at"] for e in tp_ends], y=[e["log_end_offset"] for e in tp_ends],
-            name=f"{name} end", legendgroup=name, showlegend=False, mode="markers",
-            marker={"symbol": "diamond", "size": 9, "color": color,
-                    "line": {"width": 1, "color": "white"}},
-            visible=visible, hovertemplate=f"{name}<br>%{{x}}<br>log end offset "
-                                           "%{y:,}<extra></extra>"), row=1, col=1)
+        traces.append({
+            "type": "scatter", "x": [e["captured_at"] for e in tp_ends],
+            "y": [e["log_end_offset"] for e in tp_ends], "name": f"{name} end",
+            "legendgroup": name, "showlegend": False, "mode": "markers",
+            "marker": {"symbol": "diamond", "size": 9, "color": color,
+                       "line": {"width": 1, "color": "white"}},
+            "visible": visible,
+            "hovertemplate": f"{name}<br>%{{x}}<br>log end offset %{{y:,}}<extra></extra>",
+            **_ROW_AXES[1]})
         added += 1
     key_lags = data.lag_by_key.get(key, [])
     if key_lags:
-        fig.add_trace(go.Scatter(
-            x=[r["captured_at"] for r in key_lags], y=[r["lag"] for r in key_lags],
-            name=f"{name} lag", legendgroup=name, showlegend=False,
-            mode="lines+markers", line={"color": color, "width": 1.4},
-            marker={"size": 7, "color": color}, visible=visible,
-            hovertemplate=f"{name}<br>%{{x}}<br>lag %{{y:,}}<extra></extra>"),
-            row=2, col=1)
+        traces.append({
+            "type": "scatter", "x": [r["captured_at"] for r in key_lags],
+            "y": [r["lag"] for r in key_lags], "name": f"{name} lag", "legendgroup": name,
+            "showlegend": False, "mode": "lines+markers", "line": {"color": color, "width": 1.4},
+            "marker": {"size": 7, "color": color}, "visible": visible,
+            "hovertemplate": f"{name}<br>%{{x}}<br>lag %{{y:,}}<extra></extra>",
+            **_ROW_AXES[2]})
         added += 1
     return added
 
@@ -285,21 +292,21 @@ def commit_rate_section(con: Any, group: str | None, first: datetime | None, las
     for r in rows:
         series[r["group_id"] if r["group_id"] in top else "other groups"][r["bucket_ms"]] += \
             r["commits"]
-    fig = go.Figure()
+    traces: list[dict[str, Any]] = []
     xs = [datetime.fromtimestamp(b / 1000, tz=timezone.utc) for b in grid]
     for i, name in enumerate([*top, "other groups"]):
         if name not in series:
             continue
-        fig.add_trace(go.Scatter(
-            x=xs, y=[series[name].get(b, 0) * per_min for b in grid], name=name,
-            stackgroup="commits", mode="lines", line={"width": 0.6,
-                                                      "color": PALETTE[i % len(PALETTE)]},
-            hovertemplate=f"{esc(name)}<br>%{{x}}<br>%{{y:,.1f}} commits/min<extra></extra>"))
-    fig.update_layout(height=380, title={"text": f"Offset commits per minute "
-                                                 f"(buckets of {fmt_ms(bucket)})", "x": 0.5},
-                      yaxis={"title": "partition offsets committed / min", "tickformat": ","},
-                      xaxis={"title": "time (UTC)"}, legend={"title": {"text": "group"}})
-    return figure_div(fig, "plot-commit-rate") + html_note(
+        traces.append({
+            "type": "scatter", "x": xs, "y": [series[name].get(b, 0) * per_min for b in grid],
+            "name": name, "stackgroup": "commits", "mode": "lines",
+            "line": {"width": 0.6, "color": PALETTE[i % len(PALETTE)]},
+            "hovertemplate": f"{esc(name)}<br>%{{x}}<br>%{{y:,.1f}} commits/min<extra></extra>"})
+    layout = {"height": 380, "title": {"text": f"Offset commits per minute (buckets of {fmt_ms(bucket)})",
+                                       "x": 0.5},
+              "yaxis": {"title": {"text": "partition offsets committed / min"}, "tickformat": ","},
+              "xaxis": {"title": {"text": "time (UTC)"}}, "legend": {"title": {"text": "group"}}}
+    return figure_dict_div({"data": traces, "layout": layout}, "plot-commit-rate") + html_note(
         "One commit = one partition offset in an OffsetCommit / TxnOffsetCommit request; "
         "tombstones are not counted.")
 
@@ -315,28 +322,27 @@ def lag_section(lake: Path, group: str | None, has_snapshots: bool) -> str:
     rows = run_duckdb(lake, "lag_by_group", group_id=group).to_pylist()
     if not rows:
         return html_note("No committed offsets to measure lag for.")
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.12,
-                        subplot_titles=("Offset lag (records behind)",
-                                        "Time lag (newest record - next record to read)"))
+    layout = subplot_axes(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.12,
+                          subplot_titles=("Offset lag (records behind)",
+                                          "Time lag (newest record - next record to read)"))
     groups = [r["group_id"] for r in rows][::-1]
-    fig.add_trace(go.Bar(
-        x=[r["total_lag"] or 0 for r in rows][::-1], y=groups,
-        orientation="h", marker={"color": "#4C78A8"}, name="offset lag",
-        text=[f"{r['total_lag']:,}" if r["total_lag"] is not None else "n/a"
-              for r in rows][::-1], textposition="outside", cliponaxis=False,
-        hovertemplate="%{y}<br>total lag %{x:,}<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Bar(
-        x=[(r["max_time_lag_ms"] or 0) / 1000 for r in rows][::-1], y=groups,
-        orientation="h", marker={"color": "#F58518"}, name="time lag",
-        text=[fmt_ms(r["max_time_lag_ms"]) if r["max_time_lag_ms"] is not None else "n/a"
-              for r in rows][::-1], textposition="outside", cliponaxis=False,
-        hovertemplate="%{y}<br>time lag %{text}<extra></extra>"), row=1, col=2)
-    fig.update_layout(height=max(240, 80 + 26 * len(rows)), showlegend=False,
-                      yaxis={"automargin": True}, margin={"r": 60},
-                      title={"text": f"Current lag per group (snapshot {rows[0]['snapshot_id']})",
-                             "x": 0.5})
-    fig.update_xaxes(title_text="records behind", tickformat=",", row=1, col=1)
-    fig.update_xaxes(title_text="seconds behind", row=1, col=2)
+    traces = [{
+        "type": "bar", "x": [r["total_lag"] or 0 for r in rows][::-1], "y": groups,
+        "orientation": "h", "marker": {"color": "#4C78A8"}, "name": "offset lag",
+        "text": [f"{r['total_lag']:,}" if r["total_lag"] is not None else "n/a" for r in rows][::-1],
+        "textposition": "outside", "cliponaxis": False,
+        "hovertemplate": "%{y}<br>total lag %{x:,}<extra></extra>", "xaxis": "x", "yaxis": "y"}, {
+        "type": "bar", "x": [(r["max_time_lag_ms"] or 0) / 1000 for r in rows][::-1], "y": groups,
+        "orientation": "h", "marker": {"color": "#F58518"}, "name": "time lag",
+        "text": [fmt_ms(r["max_time_lag_ms"]) if r["max_time_lag_ms"] is not None else "n/a"
+                 for r in rows][::-1], "textposition": "outside", "cliponaxis": False,
+        "hovertemplate": "%{y}<br>time lag %{text}<extra></extra>", "xaxis": "x2", "yaxis": "y2"}]
+    merge_layout(layout, {"height": max(240, 80 + 26 * len(rows)), "showlegend": False,
+                          "yaxis": {"automargin": True}, "margin": {"r": 60},
+                          "title": {"text": f"Current lag per group (snapshot {rows[0]['snapshot_id']})",
+                                    "x": 0.5},
+                          "xaxis": {"title": {"text": "records behind"}, "tickformat": ","},
+                          "xaxis2": {"title": {"text": "seconds behind"}}})
     table = html_table(["group", "type", "state", "partitions", "with end offset", "total lag",
                         "max lag", "time lag", "with time lag", "catch-up (estimate)",
                         "last commit", "snapshot taken"],
@@ -359,7 +365,7 @@ def lag_section(lake: Path, group: str | None, has_snapshots: bool) -> str:
         note += html_note("This snapshot has no time lag (a recorded capture, or taken before "
                           "offsetlake read record timestamps): run <code>offsetlake snapshot"
                           "</code> against the cluster.")
-    return (figure_div(fig, "plot-lag") + note
+    return (figure_dict_div({"data": traces, "layout": layout}, "plot-lag") + note
             + f"<details><summary>Table</summary>{table}</details>")
 
 
@@ -384,17 +390,15 @@ def reconciliation_section(con: Any, group: str | None) -> str:
     for r in rows:
         counts[(r["classification"], bool(r["explained"]))] += 1
     ordered = sorted(counts.items(), key=lambda kv: (kv[0][1], -kv[1]))
-    fig = go.Figure(go.Bar(
-        x=[n for _, n in ordered][::-1],
-        y=[f"{c}{'' if ok else ' (unexplained)'}" for (c, ok), _ in ordered][::-1],
-        orientation="h", width=0.6, marker={"color": ["#54A24B" if ok else "#E45756"
-                                                      for (_, ok), _ in ordered][::-1]},
-        text=[f"{n:,}" for _, n in ordered][::-1], textposition="outside", cliponaxis=False,
-        hovertemplate="%{y}: %{x:,} rows<extra></extra>"))
-    fig.update_layout(height=max(150, 80 + 28 * len(ordered)),
-                      title={"text": "Rows per class", "x": 0.5},
-                      xaxis={"title": "rows", "tickformat": ","}, yaxis={"automargin": True},
-                      margin={"r": 60})
+    bars = {"type": "bar", "x": [n for _, n in ordered][::-1],
+            "y": [f"{c}{'' if ok else ' (unexplained)'}" for (c, ok), _ in ordered][::-1],
+            "orientation": "h", "width": 0.6,
+            "marker": {"color": ["#54A24B" if ok else "#E45756" for (_, ok), _ in ordered][::-1]},
+            "text": [f"{n:,}" for _, n in ordered][::-1], "textposition": "outside", "cliponaxis": False,
+            "hovertemplate": "%{y}: %{x:,} rows<extra></extra>"}
+    layout = {"height": max(150, 80 + 28 * len(ordered)), "title": {"text": "Rows per class", "x": 0.5},
+              "xaxis": {"title": {"text": "rows"}, "tickformat": ","}, "yaxis": {"automargin": True},
+              "margin": {"r": 60}}
     unexplained = sum(n for (_, ok), n in counts.items() if not ok)
     verdict = (f'<p class="verdict ok">All {len(rows):,} rows matched or were explained.</p>'
                if not unexplained else
@@ -415,4 +419,4 @@ def reconciliation_section(con: Any, group: str | None) -> str:
             if len(rows) > MAX_RECONCILIATION_ROWS else "")
     head = (f"<p>Run <code>{esc(run['reconcile_id'])}</code> at {fmt_ts(run['run_at'])} against "
             f"snapshot <code>{esc(run['snapshot_id'])}</code>.</p>")
-    return head + verdict + figure_div(fig, "plot-reconciliation") + more + table
+    return head + verdict + figure_dict_div({"data": [bars], "layout": layout}, "plot-reconciliation") + more + table
