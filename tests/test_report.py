@@ -122,7 +122,7 @@ def _figures(page: str) -> dict[str, dict]:
 
 
 def test_every_figure_is_what_plotly_graph_objects_make_of_it(lakes, tmp_path: Path) -> None:
-    """The report writes its figures as plotly's JSON, unchecked (``render.figure_dict_div``):
+    """The report writes its figures as plotly's JSON, unchecked (``render.figure_div``):
     here plotly's graph objects check each one, property by property (an unknown property or
     a value of the wrong kind raises), and must give back the very same figure (nothing
     coerced, nothing added)."""

@@ -14,7 +14,7 @@ from pipelines.report.render import (
     MAX_GROUPS,
     MAX_RISK_ROWS,
     esc,
-    figure_dict_div,
+    figure_div,
     fmt_ts,
     html_note,
     html_table,
@@ -100,7 +100,7 @@ def generations_section(lake: Path, group: str | None, last: datetime | None,
               "xaxis": {"title": {"text": "time (UTC)"}},
               "yaxis": {"categoryorder": "array", "categoryarray": groups[::-1], "automargin": True},
               "legend": {"orientation": "h", "y": -0.12 if len(groups) > 6 else -0.3}}
-    return figure_dict_div({"data": traces, "layout": layout}, "plot-generations") + shown + _risk_table(lake, group, since)
+    return figure_div({"data": traces, "layout": layout}, "plot-generations") + shown + _risk_table(lake, group, since)
 
 
 def _timeline_rows(lake: Path, group: str | None, since: datetime | None) -> list[dict[str, Any]]:

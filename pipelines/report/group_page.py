@@ -33,7 +33,7 @@ from pipelines.report.render import (
     MAX_PARTITIONS,
     PALETTE,
     esc,
-    figure_dict_div,
+    figure_div,
     fmt_ms,
     fmt_ts,
     html_note,
@@ -192,7 +192,7 @@ def _lag_over_snapshots(group_id: str, slug: str, rows: list[dict[str, Any]],
                     fmt_ms(int(eta * 1000)) + " (estimate)" if eta is not None else "—"]
         body.append(row)
     table = html_table(columns, body, classes="compact")
-    return (figure_dict_div({"data": traces, "layout": layout}, f"plot-group-{slug}-lag")
+    return (figure_div({"data": traces, "layout": layout}, f"plot-group-{slug}-lag")
             + "".join(html_note(n) for n in notes)
             + f"<details><summary>Lag at the latest snapshot ({fmt_ts(latest)})</summary>"
               f"{table}</details>")
@@ -320,7 +320,7 @@ def attributed_commits_html(group_id: str, slug: str, summary: AttributedCommits
                          ", ".join(short_member(m) for m in sorted(per_label[label]["members"])) or "—",
                          per_label[label]["n"], fmt_ts(per_label[label]["first"]),
                          fmt_ts(per_label[label]["last"])) for label in labels], classes="compact")
-    return figure_dict_div({"data": traces, "layout": layout}, f"plot-group-{slug}-commits") + table
+    return figure_div({"data": traces, "layout": layout}, f"plot-group-{slug}-commits") + table
 
 
 def _anomalies(group_id: str, slug: str, rows: list[dict[str, Any]], table_exists: bool) -> str:
@@ -360,7 +360,7 @@ def _anomalies(group_id: str, slug: str, rows: list[dict[str, Any]], table_exist
                         for r in shown], classes="compact")
     more = (html_note(f"First {MAX_ANOMALY_ROWS} of {len(rows):,} anomalies.")
             if len(rows) > MAX_ANOMALY_ROWS else "")
-    return (figure_dict_div({"data": traces, "layout": layout}, f"plot-group-{slug}-anomalies")
+    return (figure_div({"data": traces, "layout": layout}, f"plot-group-{slug}-anomalies")
             + f"<p>{len(rows):,} anomalies: "
             f"{esc(counts)}</p>" + more + table)
 

@@ -94,7 +94,7 @@ _LOOK = {"font": {"family": "Inter, system-ui, sans-serif", "size": 12},
          "margin": {"l": 60, "r": 20, "t": 40, "b": 40}, "hoverlabel": {"namelength": -1}}
 
 
-def figure_dict_div(figure: dict[str, Any], div_id: str) -> str:
+def figure_div(figure: dict[str, Any], div_id: str) -> str:
     """A figure given as plotly's JSON (``{"data": [trace dicts], "layout": {...}}``) as a
     div, in the report's look (:data:`TEMPLATE`, then :data:`_LOOK` over its layout).
 

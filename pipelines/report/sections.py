@@ -20,7 +20,7 @@ from pipelines.report.render import (
     PALETTE,
     RATE_BUCKETS,
     esc,
-    figure_dict_div,
+    figure_div,
     fmt_exact_ms,
     fmt_ms,
     fmt_ts,
@@ -160,7 +160,7 @@ def offsets_section(con: Any, group: str | None, first: datetime | None, last: d
         notes.append("The snapshots recorded end offsets but no per-group lag (snapshot_lag).")
     notes.append(f"Series: the last commit per partition per {fmt_ms(bucket)}; a gap is an "
                  "offset deleted (tombstone).")
-    return figure_dict_div(fig, "plot-offsets") + "".join(html_note(n) for n in notes)
+    return figure_div(fig, "plot-offsets") + "".join(html_note(n) for n in notes)
 
 
 def _offset_series(con: Any, groups: list[str], bucket: int) -> _OffsetSeries:
@@ -189,7 +189,7 @@ def _offset_series(con: Any, groups: list[str], bucket: int) -> _OffsetSeries:
 def _offsets_figure(groups: list[str], data: _OffsetSeries) -> tuple[dict[str, Any], list[str]]:
     """Committed offsets and end offsets above, lag below; one group visible at a time (a
     dropdown switches), the busiest partitions of each. Returns the figure (plotly's JSON:
-    :func:`~pipelines.report.render.figure_dict_div`) and the groups whose partitions were
+    :func:`~pipelines.report.render.figure_div`) and the groups whose partitions were
     cut to :data:`MAX_PARTITIONS`."""
     layout = subplot_axes(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                           row_heights=(0.64, 0.36),
@@ -306,7 +306,7 @@ def commit_rate_section(con: Any, group: str | None, first: datetime | None, las
                                        "x": 0.5},
               "yaxis": {"title": {"text": "partition offsets committed / min"}, "tickformat": ","},
               "xaxis": {"title": {"text": "time (UTC)"}}, "legend": {"title": {"text": "group"}}}
-    return figure_dict_div({"data": traces, "layout": layout}, "plot-commit-rate") + html_note(
+    return figure_div({"data": traces, "layout": layout}, "plot-commit-rate") + html_note(
         "One commit = one partition offset in an OffsetCommit / TxnOffsetCommit request; "
         "tombstones are not counted.")
 
@@ -365,7 +365,7 @@ def lag_section(lake: Path, group: str | None, has_snapshots: bool) -> str:
         note += html_note("This snapshot has no time lag (a recorded capture, or taken before "
                           "offsetlake read record timestamps): run <code>offsetlake snapshot"
                           "</code> against the cluster.")
-    return (figure_dict_div({"data": traces, "layout": layout}, "plot-lag") + note
+    return (figure_div({"data": traces, "layout": layout}, "plot-lag") + note
             + f"<details><summary>Table</summary>{table}</details>")
 
 
@@ -419,4 +419,4 @@ def reconciliation_section(con: Any, group: str | None) -> str:
             if len(rows) > MAX_RECONCILIATION_ROWS else "")
     head = (f"<p>Run <code>{esc(run['reconcile_id'])}</code> at {fmt_ts(run['run_at'])} against "
             f"snapshot <code>{esc(run['snapshot_id'])}</code>.</p>")
-    return head + verdict + figure_dict_div({"data": [bars], "layout": layout}, "plot-reconciliation") + more + table
+    return head + verdict + figure_div({"data": [bars], "layout": layout}, "plot-reconciliation") + more + table

@@ -19,7 +19,7 @@ from pipelines.report.group_page import COMMIT_BUCKETS
 from pipelines.report.render import (
     PALETTE,
     esc,
-    figure_dict_div,
+    figure_div,
     fmt_ms,
     fmt_ts,
     html_note,
@@ -116,4 +116,4 @@ def attributed_commits(group_id: str, slug: str, rows: list[dict[str, Any]],
                          ", ".join(short_member(m) for m in sorted(per_label[label]["members"])) or "—",
                          per_label[label]["n"], fmt_ts(per_label[label]["first"]),
                          fmt_ts(per_label[label]["last"])) for label in labels], classes="compact")
-    return figure_dict_div(fig.to_dict(), f"plot-group-{slug}-commits") + table
+    return figure_div(fig.to_dict(), f"plot-group-{slug}-commits") + table
