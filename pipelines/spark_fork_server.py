@@ -305,14 +305,17 @@ def main(path: str) -> None:
     # A terminal's Ctrl-C is the CLI's to handle. Blocked, not ignored: a child inherits the
     # block, so a SIGINT its client forwards before the child set its handler waits for it.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    # A scheduler stopping its task (Airflow: SIGTERM to the process group) ends the server
-    # as its lifeline's end does, its socket's directory removed (one was left per stop)
-    signal.signal(signal.SIGTERM, _terminated)
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy: no BLAS threads to fork
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)  # bound first: a client that comes early waits for the imports
-    listener.listen(64)
+    listener = None
     try:
+        # A scheduler stopping its task (Airflow: SIGTERM to the process group) ends the
+        # server as its lifeline's end does, its socket's directory removed (one was left per
+        # stop). Set inside the ``try``: the handler runs as the call it lands in returns, and
+        # one landing as ``bind`` returned (a caller saw the socket) raised outside it.
+        signal.signal(signal.SIGTERM, _terminated)
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy: no BLAS threads to fork
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)  # bound first: a client that comes early waits for the imports
+        listener.listen(64)
         from pipelines.spark_workers import TASK_MODULES  # pyarrow: not in the CLI before its JVM
 
         preload((*PRELOAD, *TASK_MODULES))
@@ -321,8 +324,12 @@ def main(path: str) -> None:
     except _Terminated:  # ends it below, once its socket is removed
         pass
     finally:
-        listener.close()
-        for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+        # what it bound, and only that (a failed bind leaves another's socket alone); asked of
+        # the socket itself, which knows even where the signal landed as bind returned
+        bound = listener is not None and listener.getsockname() == path
+        if listener is not None:
+            listener.close()
+        for remove, target in ((os.unlink, path), (os.rmdir, os.path.dirname(path))) if bound else ():
             with contextlib.suppress(OSError):  # its socket, then its directory if empty (not
                 remove(target)  # the tree: a path given by hand may sit in a shared one)
     if _terminating:  # ended by it, as without the handler

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from pipelines import spark_fork_server, spark_python
+from tests.conftest import REPO
 
 PROBE = """
 import json, os, sys, time
@@ -218,6 +219,37 @@ def test_a_schedulers_sigterm_ends_the_server_and_its_directory(server) -> None:
     os.kill(server_pid, signal.SIGTERM)
     assert started.wait(timeout=60) == -signal.SIGTERM
     assert not socket_path.parent.exists()
+
+
+_SIGTERM_AT_BIND = """
+import os, signal, socket, sys
+from pipelines import spark_fork_server
+
+class Socket(socket.socket):
+    def bind(self, address):  # SIGTERM lands as bind returns: the handler runs right there
+        super().bind(address)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+spark_fork_server.socket.socket = Socket
+spark_fork_server.main(sys.argv[1])
+"""
+
+
+def test_a_sigterm_as_the_server_binds_its_socket_ends_it_cleanly(tmp_path: Path) -> None:
+    """A scheduler's SIGTERM that lands as the server has just bound its socket (a caller
+    sees the socket and stops the run: CI, once under load) raised outside the server's
+    cleanup: a traceback, exit status 1 and the socket's directory left behind. It ends the
+    server as a SIGTERM anywhere else does."""
+    folder = tmp_path / "forks"
+    folder.mkdir()
+    probe = tmp_path / "probe.py"
+    probe.write_text(_SIGTERM_AT_BIND)
+    done = subprocess.run([sys.executable, str(probe), str(folder / "socket")], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert not folder.exists()  # its socket and the socket's directory removed
 
 
 def _imported(line: str) -> str | None:
