@@ -143,6 +143,11 @@ def checkpoint_or_fail(cfg) -> None:
         raise UserError(str(exc)) from None
 
 
+def on_spark(args: argparse.Namespace) -> bool:
+    """Whether ``--delta-engine`` names Spark's Delta (``spark``, or its old name)."""
+    return args.delta_engine in ("spark", "delta-spark")
+
+
 def check_engine(spark, engine: str) -> None:
     from pipelines.spark import has_delta_jars
 
@@ -157,7 +162,7 @@ def without_pandas_on_delta_rs(args: argparse.Namespace) -> None:
     of it holds a pandas object, and pyarrow's first question would import pandas for
     nothing (``snapshot`` 0.82 -> 0.57 s, ``maintain`` 0.56-0.75 -> 0.38-0.46 s). On Spark
     it stays: PySpark's driver asks for pandas in places of its own."""
-    if getattr(args, "standalone", False) and args.delta_engine not in ("spark", "delta-spark"):
+    if getattr(args, "standalone", False) and not on_spark(args):
         from pipelines.without_pandas import block_pandas
 
         block_pandas()
@@ -166,7 +171,7 @@ def without_pandas_on_delta_rs(args: argparse.Namespace) -> None:
 def spark_for_engine(args: argparse.Namespace, app_name: str):
     """A SparkSession with Delta's extension and catalog whose jars are checked, or None
     for delta-rs (no JVM at all)."""
-    if args.delta_engine not in ("spark", "delta-spark"):
+    if not on_spark(args):
         return None
     from pipelines.spark import spark_session
 

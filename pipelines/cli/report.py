@@ -12,6 +12,7 @@ from pipelines.cli.common import (
     add_lake_args,
     env,
     lake_from,
+    on_spark,
     spark_for_engine,
 )
 
@@ -21,7 +22,7 @@ log = logging.getLogger("offsetlake")
 def cmd_report(args: argparse.Namespace) -> int:
     from pipelines.report.html import write_report
 
-    if args.delta_engine in ("spark", "delta-spark"):
+    if on_spark(args):
         raise UserError("report renders locally with DuckDB over delta-rs reads and cannot use "
                         "--delta-engine spark; the lake reads the same with either engine: run "
                         "report with --delta-engine delta-rs")
