@@ -25,7 +25,7 @@ written by the first run that finds none and published the same way: 0.05 s then
 
 ``OFFSETLAKE_JVM_CACHE``: ``off`` disables it, a directory moves it (default
 ``$XDG_CACHE_HOME/offsetlake/jvm`` or ``~/.cache/offsetlake/jvm``; an archive is ~150 MB).
-Never used for a JVM the user started or configured (``SPARK_SUBMIT_OPTS``, spark-submit),
+Never used for a JVM the user started (spark-submit) or gave options (``SPARK_SUBMIT_OPTS``),
 nor when a directory with files is on the JVM's class path (``SPARK_CONF_DIR`` with a
 ``spark-defaults.conf``, ``HADOOP_CONF_DIR``): the JVM cannot archive such a class path.
 """

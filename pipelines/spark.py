@@ -53,8 +53,9 @@ LOCAL_LOG_LEVEL = "FATAL"  # failures reach the user as our own one-line errors
 # JVM flags for a local master that this process launches: the C1 compiler only. A scheduled
 # run is short and Python does the heavy work, so C2's compile threads mostly compete with
 # Spark's start-up for the cores (measured in benchmarks/real_workload.py; PLATFORM.md: 10-40%
-# faster start). Given through SPARK_SUBMIT_OPTS, which spark-submit puts on the driver's
-# command line before spark.driver.extraJavaOptions: a user's own JIT flags come later and win.
+# faster start). Given through SPARK_SUBMIT_OPTS, before the user's own SPARK_SUBMIT_OPTS, and
+# spark-submit puts them on the driver's command line before spark.driver.extraJavaOptions: a
+# user's own JIT flags come later and win.
 LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 # log4j2 settings for a quiet JVM start, a file of the package (read-only, nothing written:
 # a fixed name in a shared temporary directory was another user's to own or replace). None
@@ -71,7 +72,8 @@ class SessionSettings:
     master: str | None
     conf: dict[str, str] = field(default_factory=dict)
     log_level: str | None = None
-    submit_opts: str | None = None  # SPARK_SUBMIT_OPTS for the JVM to launch (None: leave it)
+    #: SPARK_SUBMIT_OPTS for the local JVM this process launches (None: it launches none)
+    submit_opts: str | None = None
 
 
 def is_local_master(master: str | None) -> bool:
@@ -192,8 +194,8 @@ def session_settings(user_conf: Mapping[str, str], *, master: str | None = None,
             and not _user_log_config(env):
         log_level = LOCAL_LOG_LEVEL
     submit_opts = None
-    if local and not jvm_running and "SPARK_SUBMIT_OPTS" not in env:
-        submit_opts = LOCAL_JVM_OPTIONS
+    if local and not jvm_running:  # the user's own options come after ours: theirs win
+        submit_opts = " ".join(o for o in (LOCAL_JVM_OPTIONS, env.get("SPARK_SUBMIT_OPTS", "").strip()) if o)
     return SessionSettings(master=chosen if chosen != user_conf.get("spark.master") else None,
                            conf=conf, log_level=log_level, submit_opts=submit_opts)
 
@@ -261,9 +263,12 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
                                 delta_spark=delta_spark, extra_conf=extra_conf)
     options = {"spark.app.name": app_name, **({"spark.master": settings.master} if settings.master else {}),
                **settings.conf}
-    ours = bool(settings.submit_opts) and "SPARK_SUBMIT_OPTS" not in os.environ
+    ours = bool(settings.submit_opts)  # a local JVM this process launches
+    # not beside the user's own JVM options: an agent or CDS flag of theirs can keep the JVM
+    # from mapping any archive, and each run would then write one again (~20 s of CPU)
     archive = jvm_cache.plan(os.environ, _spark_home(os.environ), settings.submit_opts or "",
-                             user_conf.get("spark.driver.extraClassPath", "")) if ours else None
+                             user_conf.get("spark.driver.extraClassPath", "")) \
+        if ours and "SPARK_SUBMIT_OPTS" not in os.environ else None
     launcher = spark_python.launcher() if ours else None
     if launcher:  # workers use PYSPARK_PYTHON, the driver-side ones PYSPARK_DRIVER_PYTHON
         for (variable, conf_key), chosen in zip(PYTHON_SETTINGS, python_chosen, strict=True):
@@ -281,6 +286,7 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
             if launcher and os.environ.get("PYSPARK_PYTHON") == launcher and DAEMON_CONF not in user_conf:
                 options[DAEMON_CONF] = DAEMON_MODULE
                 launch_env.update(spark_fork_server.start({**os.environ, **launch_env}))
+    before = {variable: os.environ.get(variable) for variable in launch_env}
     os.environ.update(launch_env)
     launch_began = _ticks_since_boot()
     try:
@@ -291,8 +297,11 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
         jvm_cache.abandon(archive, suspect=isinstance(exc, Exception) and not ctrl_c.pressed())  # not for Ctrl-C
         raise
     finally:
-        for variable in launch_env:  # nothing else this process starts sees them
-            os.environ.pop(variable, None)
+        for variable, value in before.items():  # nothing else this process starts sees ours
+            if value is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = value
     jvm_cache.started(archive, getattr(spark.sparkContext._gateway, "proc", None))
     if settings.log_level:
         spark.sparkContext.setLogLevel(settings.log_level)
