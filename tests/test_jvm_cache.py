@@ -271,6 +271,10 @@ def test_a_real_local_jvm_writes_the_archive_once_and_the_next_one_maps_it(tmp_p
                if not k.startswith(("PYSPARK_", "SPARK_", "OFFSETLAKE_SPARK"))}
     cache = tmp_path / "cache"
     run_env[jvm_cache.CACHE_ENV] = str(cache)
+    hadoop = tmp_path / "hadoop-conf"  # a Hadoop conf dir with files comes after Spark's jars:
+    hadoop.mkdir()                     # the archive is written and mapped all the same
+    (hadoop / "core-site.xml").write_text("<configuration/>\n")
+    run_env["HADOOP_CONF_DIR"] = str(hadoop)
 
     def probe() -> dict:
         out = subprocess.run([sys.executable, "-c", _PROBE], cwd=tmp_path, env=run_env,
@@ -333,7 +337,10 @@ def test_a_real_local_jvm_writes_the_archive_once_and_the_next_one_maps_it(tmp_p
 
 
 def test_a_class_path_directory_with_files_runs_without(tmp_path, spark_home) -> None:
-    """The JVM cannot archive a class path with a non-empty directory (and prints so on stdout)."""
+    """The JVM cannot archive a class path with a non-empty directory up to the last entry
+    it archives classes from (and prints so on stdout): one before Spark's jars, or one
+    before ``SPARK_DIST_CLASSPATH``'s jars. A Hadoop conf dir after Spark's jars is fine
+    (a real JVM writes and maps the archive with one: the test below)."""
     conf = tmp_path / "spark-conf"
     conf.mkdir()
     env = _env(tmp_path, SPARK_CONF_DIR=str(conf))
@@ -345,8 +352,15 @@ def test_a_class_path_directory_with_files_runs_without(tmp_path, spark_home) ->
     hadoop = tmp_path / "hadoop"
     hadoop.mkdir()
     (hadoop / "core-site.xml").write_text("<configuration/>")
-    assert jvm_cache.plan(_env(tmp_path, HADOOP_CONF_DIR=str(hadoop)), spark_home) is None
     assert jvm_cache.plan(_env(tmp_path), spark_home, extra_class_path=str(hadoop)) is None
+    assert jvm_cache.plan(_env(tmp_path, SPARK_CLASSPATH=str(hadoop)), spark_home) is None
+    for name in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):  # after Spark's jars
+        after = jvm_cache.plan(_env(tmp_path, **{name: str(hadoop)}), spark_home)
+        assert after is not None
+        jvm_cache.abandon(after)
+        dist = str(spark_home / "jars" / "*")  # jars of its own after it
+        assert jvm_cache.plan(_env(tmp_path, **{name: str(hadoop)}, SPARK_DIST_CLASSPATH=dist),
+                              spark_home) is None
 
 
 def test_spark_python_drops_only_zips_that_hold_the_installed_version(tmp_path: Path) -> None:
