@@ -60,9 +60,11 @@ LAUNCHER_ROOM = 32 * 1024 * 1024
 #: JVM log settings with an archive: its warnings (a mismatched archive is simply not used)
 #: go to stderr and CDS' own are dropped, so nothing reaches the command's stdout
 QUIET_CDS_LOG = "-Xlog:disable -Xlog:all=warning:stderr -Xlog:cds*=error:stderr"
-#: environment variables that shape the JVM's class path (spark-class's launcher)
+#: environment variables that shape the JVM's class path (spark-class's launcher). Not PATH:
+#: the java it finds there is keyed by its real path, and a scheduler's PATH differs from a
+#: shell's (an archive written by ``offsetlake warm-up`` in an image's build must still fit)
 CLASSPATH_ENV = ("SPARK_HOME", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR",
-                 "SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH", "JAVA_HOME", "PATH")
+                 "SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH", "JAVA_HOME")
 
 
 @dataclass(frozen=True)
@@ -163,22 +165,42 @@ def class_path_directories(env: Mapping[str, str], spark_home: Path,
     return [Path(e) for e in entries if e and not e.endswith("*") and Path(e).is_dir()]
 
 
+def why_not(env: Mapping[str, str], spark_home: Path, extra_class_path: str = "") -> str | None:
+    """Why no archive can serve a JVM launched with ``env`` (None: one can)."""
+    if cache_dir(env) is None:
+        return f"{CACHE_ENV} is off"
+    full = [d for d in class_path_directories(env, spark_home, extra_class_path) if any(d.iterdir())]
+    if full:  # the JVM would say so on stdout, where the command's own output goes
+        return f"{full[0]} is a directory with files on the JVM's class path before Spark's jars"
+    if _java(env) is None or not (spark_home / "jars").is_dir():
+        return f"no java (JAVA_HOME, PATH) or no jars in {spark_home} to key it on"
+    return None
+
+
+#: the archives this process planned (:func:`planned`)
+_planned: list[ArchivePlan] = []
+
+
+def planned() -> list[ArchivePlan]:
+    """The archives :func:`plan` gave this process's JVMs, oldest first."""
+    return list(_planned)
+
+
 def plan(env: Mapping[str, str], spark_home: Path, extra: str = "",
          extra_class_path: str = "") -> ArchivePlan | None:
     """Map the archive if there is one; else write it, if no other process is writing it.
 
-    None (run without) when a class-path directory holds files: the JVM cannot archive such a
-    class path and says so on stdout, where the command's own output goes.
+    None (run without) when :func:`why_not` says so, or another process writes it.
     """
-    if any(any(d.iterdir()) for d in class_path_directories(env, spark_home, extra_class_path)):
+    if why_not(env, spark_home, extra_class_path) is not None:
         return None
-    directory = cache_dir(env)
-    key = fingerprint(env, spark_home, extra) if directory else None
+    directory, key = cache_dir(env), fingerprint(env, spark_home, extra)
     if directory is None or key is None:
         return None
     archive = directory / f"spark-{key}.jsa"
     if archive.is_file():
-        return ArchivePlan(archive, launcher=_launcher_plan(env, spark_home, archive))
+        _planned.append(ArchivePlan(archive, launcher=_launcher_plan(env, spark_home, archive)))
+        return _planned[-1]
     lock = directory / f"spark-{key}.lock"
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -195,8 +217,9 @@ def plan(env: Mapping[str, str], spark_home: Path, extra: str = "",
         if _stale(unused, UNUSED_DAYS * 86400):
             with suppress(OSError):  # another user's: theirs to remove
                 unused.unlink(missing_ok=True)
-    return ArchivePlan(archive, writing=directory / f"spark-{key}.{os.getpid()}.tmp", lock=lock,
-                       launcher=_launcher_plan(env, spark_home, archive))
+    _planned.append(ArchivePlan(archive, writing=directory / f"spark-{key}.{os.getpid()}.tmp", lock=lock,
+                                launcher=_launcher_plan(env, spark_home, archive)))
+    return _planned[-1]
 
 
 def _launcher_plan(env: Mapping[str, str], spark_home: Path, archive: Path) -> LauncherPlan | None:
@@ -329,10 +352,12 @@ def _keep_if_mapped(archive: Path, pid: int, companions: tuple[Path, ...] = ()) 
              "or another Java); removed, the next run writes one for this JVM", archive)
 
 
-def finish() -> None:
+def finish(wait: bool = False) -> None:
     """Let each JVM that writes an archive exit (pyspark's gateway exits when its stdin
     closes) and leave its publication to a detached process (:func:`publish`), so no run
-    waits for the dump: a JVM spends ~20 s of CPU writing the archive at exit.
+    waits for the dump: a JVM spends ~20 s of CPU writing the archive at exit. ``wait``:
+    publish here instead, once the JVM has exited (``offsetlake warm-up``: the archive is
+    in place when the command ends).
 
     Call after the SparkSession stopped; a no-op when no archive is being written.
     """
@@ -341,11 +366,14 @@ def finish() -> None:
         try:
             order_file = Path(order["writing"]).with_suffix(".json")
             order_file.write_text(json.dumps(order))
-            subprocess.Popen([sys.executable, "-m", "pipelines.jvm_cache", str(order_file)],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+            if not wait:
+                subprocess.Popen([sys.executable, "-m", "pipelines.jvm_cache", str(order_file)],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)
             if process is not None and process.stdin is not None:
                 process.stdin.close()
+            if wait:
+                publish(order_file)
         except Exception as exc:  # a cache: never the reason a run fails
             log.debug("JVM class archive not written: %s", exc)
             for leftover in (order["writing"], order["lock"]):

@@ -264,11 +264,9 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
     options = {"spark.app.name": app_name, **({"spark.master": settings.master} if settings.master else {}),
                **settings.conf}
     ours = bool(settings.submit_opts)  # a local JVM this process launches
-    # not beside the user's own JVM options: an agent or CDS flag of theirs can keep the JVM
-    # from mapping any archive, and each run would then write one again (~20 s of CPU)
     archive = jvm_cache.plan(os.environ, _spark_home(os.environ), settings.submit_opts or "",
                              user_conf.get("spark.driver.extraClassPath", "")) \
-        if ours and "SPARK_SUBMIT_OPTS" not in os.environ else None
+        if _archive_refusal(settings, user_conf, os.environ) is None else None
     launcher = spark_python.launcher() if ours else None
     if launcher:  # workers use PYSPARK_PYTHON, the driver-side ones PYSPARK_DRIVER_PYTHON
         for (variable, conf_key), chosen in zip(PYTHON_SETTINGS, python_chosen, strict=True):
@@ -309,6 +307,24 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
     log.debug("Spark session: master %s, %d settings of ours, user's kept: %s",
               spark.sparkContext.master, len(settings.conf), sorted(user_conf))
     return spark
+
+
+def _archive_refusal(settings: SessionSettings, user_conf: Mapping[str, str],
+                     env: Mapping[str, str]) -> str | None:
+    """Why the JVM of a session with ``settings`` gets no class archive (None: it does)."""
+    if not settings.submit_opts:
+        return "offsetlake does not launch this JVM (a master that is not local, or a JVM already running)"
+    if "SPARK_SUBMIT_OPTS" in env:  # an agent or CDS flag of theirs can keep the JVM from
+        # mapping any archive, and each run would then write one again (~20 s of CPU)
+        return "SPARK_SUBMIT_OPTS is set: the archive is off beside your own JVM options"
+    return jvm_cache.why_not(env, _spark_home(env), user_conf.get("spark.driver.extraClassPath", ""))
+
+
+def class_archive_refusal() -> str | None:
+    """Why a session :func:`spark_session` makes now would get no class archive (None: it
+    would map or write one), read from the same settings."""
+    user_conf, jvm_running = user_spark_conf()
+    return _archive_refusal(session_settings(user_conf, jvm_running=jvm_running), user_conf, os.environ)
 
 
 def _get_or_create(options: dict[str, str], deferral: ctrl_c.Deferral):

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 from pyspark.accumulators import _start_update_server
 
-from pipelines.cli import _release_accumulator_server
+from pipelines.cli.common import _release_accumulator_server
 
 
 def test_a_unix_socket_accumulator_server_is_released_and_its_socket_removed() -> None:

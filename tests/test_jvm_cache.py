@@ -146,6 +146,12 @@ def test_the_key_follows_java_and_spark_jars_and_off_disables(tmp_path, spark_ho
     assert jvm_cache.fingerprint(env, spark_home) != key
     assert jvm_cache.fingerprint(env, spark_home, "-XX:Other") != jvm_cache.fingerprint(env, spark_home)
     assert jvm_cache.fingerprint({**env, "JAVA_HOME": str(tmp_path / "nojava")}, spark_home) is None
+    # a scheduler's PATH that finds the same java keeps the key; another java changes it
+    now = jvm_cache.fingerprint(env, spark_home)
+    assert jvm_cache.fingerprint({**env, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"}, spark_home) == now
+    (tmp_path / "bin").mkdir()
+    shutil.copy(shutil.which("java", path=env["PATH"]), tmp_path / "bin" / "java")
+    assert jvm_cache.fingerprint({**env, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"}, spark_home) != now
     for off in ("off", "OFF", "false", "0"):
         assert jvm_cache.plan({**env, jvm_cache.CACHE_ENV: off}, spark_home) is None
 

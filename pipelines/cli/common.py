@@ -212,3 +212,42 @@ def check_schemas() -> None:
     except MissingSchemas as exc:
         raise UserError(f"broken installation: {exc}") from exc
 
+
+def _release_accumulator_server(context) -> None:
+    """Let ``SparkContext.stop`` skip the driver's accumulator server: the process ends next.
+
+    Why: stopping it waits for its request handler, which polls the JVM's connection once a
+    second (pyspark.accumulators), so every command paid 0-1 s after its work was done
+    (measured: 0.75 s of a 10 s ingest). Its thread is a daemon that ends with the process;
+    a Unix-socket server's socket file is removed here, as its own shutdown would."""
+    server = getattr(context, "_accumulatorServer", None)
+    if server is None:
+        return
+    server.server_shutdown = True  # the handler's loop stops at its next poll
+    context._accumulatorServer = None
+    address = getattr(server, "server_address", None)
+    if isinstance(address, str) and os.path.exists(address):
+        os.remove(address)
+
+
+def stop_spark() -> None:
+    """Stop the active SparkSession, for a process about to end; then, when this process
+    launched the JVM, its py4j gateway too.
+
+    Why the gateway: the JVM exits when this process ends (its stdin closes), but at exit
+    Java 17 waits for threads blocked in native calls, up to 300 ms, and py4j's server
+    thread waits in ``accept`` until its socket closes. Anyone who reads the command's
+    output through a pipe (Airflow, ``subprocess.run``, ``| tee``) waited those 300 ms: the
+    JVM holds the pipe too (measured: the JVM gone 0.35 s after Python, against 0.02-0.03
+    s with the gateway shut first, which takes 10 ms). A JVM that spark-submit started is
+    spark-submit's to end."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is None:
+        return
+    gateway = session.sparkContext._gateway
+    _release_accumulator_server(session.sparkContext)
+    session.stop()
+    if getattr(gateway, "proc", None) is not None:
+        gateway.shutdown()

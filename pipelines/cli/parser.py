@@ -7,7 +7,7 @@ import argparse
 
 from pipelines.cli.common import ENGINE_HELP, env, flag_env, package_version
 from pipelines.cli.decode import add_decode_parser
-from pipelines.cli.demo import add_demo_parser
+from pipelines.cli.demo import add_demo_parser, add_warm_up_parser
 from pipelines.cli.ingest import add_ingest_parser
 from pipelines.cli.maintain import add_maintain_parser
 from pipelines.cli.report import add_report_parsers
@@ -52,4 +52,5 @@ def build_parser() -> argparse.ArgumentParser:
     add_snapshot_parsers(sub)
     add_maintain_parser(sub)
     add_report_parsers(sub)
+    add_warm_up_parser(sub)
     return parser

@@ -1,0 +1,64 @@
+"""``offsetlake warm-up``: the local JVM's class archive written and in place when the
+command returns (a container image's build), mapped by the next run; a clear refusal where
+no archive can serve."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYSPARK_", "SPARK_", "OFFSETLAKE_SPARK", "OFFSETLAKE_JVM"))}
+    return {**env, "OFFSETLAKE_JVM_CACHE": str(tmp_path / "cache"), **extra}
+
+
+def _warm_up(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", "warm-up"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_warm_up_leaves_the_archive_in_place_and_the_next_run_maps_it(tmp_path: Path) -> None:
+    env = _clean_env(tmp_path)
+    cache = tmp_path / "cache"
+    first = _warm_up(tmp_path, env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    archives = [a for a in cache.glob("spark-*.jsa") if not a.name.endswith(".launcher.jsa")]
+    assert len(archives) == 1 and archives[0].stat().st_size > 1_000_000
+    assert first.stdout == f"class archive in place: {archives[0]} (written now)\n"
+    assert first.stderr == ""  # quiet: nothing but the one line
+    # published by the command itself, not by a process left running after it
+    assert not list(cache.glob("*.lock")) and not list(cache.glob("*.tmp")) and not list(cache.glob("*.json"))
+    assert archives[0].with_name(archives[0].stem + ".launcher.jsa").stat().st_size > 100_000
+    assert not list(Path(tmp_path).glob("offsetlake-warm-up-*"))
+
+    # another PATH (a scheduler's) finds the same java: the same archive, mapped
+    second = _warm_up(tmp_path, {**env, "PATH": f"{tmp_path / 'no-such-dir'}{os.pathsep}{env['PATH']}"})
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert second.stdout == f"class archive in place: {archives[0]} (written before; mapped by this run)\n"
+    assert [a for a in cache.glob("spark-*.jsa") if not a.name.endswith(".launcher.jsa")] == archives
+
+
+@pytest.mark.parametrize("setting, said", [
+    ({"OFFSETLAKE_JVM_CACHE": "off"}, "OFFSETLAKE_JVM_CACHE is off"),
+    ({"SPARK_SUBMIT_OPTS": "-Dmine=1"}, "SPARK_SUBMIT_OPTS is set"),
+    ({"OFFSETLAKE_SPARK_MASTER": "spark://127.0.0.1:7077"}, "offsetlake does not launch this JVM"),
+    ({"SPARK_CONF_DIR": "CONF"}, "is a directory with files on the JVM's class path before Spark's jars"),
+])
+def test_warm_up_says_why_no_archive_can_serve(tmp_path: Path, setting: dict[str, str], said: str) -> None:
+    """In a fresh process: in this one a test's SparkContext may run, which no warm-up serves."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    env = _clean_env(tmp_path, **{k: str(conf) if v == "CONF" else v for k, v in setting.items()})
+    out = _warm_up(tmp_path, env)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("offsetlake warm-up: error: no class archive can serve this machine's runs: ")
+    assert said in out.stderr and out.stderr.count("\n") == 1
+    assert not (tmp_path / "cache").exists()  # nothing was started or written
