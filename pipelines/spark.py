@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import signal
 import sys
 from collections.abc import Mapping
@@ -400,10 +401,23 @@ def _end_failed_launch(began: int | None, reap: bool = True) -> None:
 
 def _same_python(chosen: str | None) -> bool:
     """Whether ``PYSPARK_PYTHON`` leaves the workers' Python to us: unset, or this very
-    interpreter (which ``offsetlake-spark-python`` runs as it is, see pipelines/spark_python.py)."""
-    # paths, not files: a venv's python is a link to the base interpreter, another environment
-    ours = {os.path.abspath(p) for p in (sys.executable, spark_python.launcher()) if p}
-    return not chosen or os.path.abspath(chosen) in ours
+    interpreter in this very environment (which ``offsetlake-spark-python`` runs as it is, see
+    pipelines/spark_python.py): its path, or another name for it beside it, as Spark finds it
+    (``python3`` on the PATH of an activated virtualenv: the common ``PYSPARK_PYTHON=python3``
+    otherwise cost the real workload ~3.7 s of every start, 6.6 against 10.4 s)."""
+    if not chosen:
+        return True
+    found = chosen if os.sep in chosen else shutil.which(chosen)  # the JVM execs it from PATH
+    if found is None:
+        return False
+    path, ours = os.path.abspath(found), os.path.abspath(sys.executable)
+    if path in (ours, os.path.abspath(spark_python.launcher() or ours)):
+        return True
+    # a file, and a directory: a venv's python is a link to the base interpreter, another
+    # environment; its python3 beside it is the same one
+    with suppress(OSError):
+        return os.path.dirname(path) == os.path.dirname(ours) and os.path.samefile(path, ours)
+    return False
 
 
 def include_wheels(sc) -> list[str]:
