@@ -62,3 +62,16 @@ def test_warm_up_says_why_no_archive_can_serve(tmp_path: Path, setting: dict[str
     assert out.stderr.startswith("offsetlake warm-up: error: no class archive can serve this machine's runs: ")
     assert said in out.stderr and out.stderr.count("\n") == 1
     assert not (tmp_path / "cache").exists()  # nothing was started or written
+
+
+def test_warm_up_says_so_when_its_cache_cannot_be_written(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        cache = tmp_path / "a-file"  # root writes anywhere: a cache "directory" that is a file
+        cache.write_text("")
+    else:
+        cache = tmp_path / "read-only"
+        cache.mkdir(mode=0o555)
+    out = _warm_up(tmp_path, _clean_env(tmp_path, OFFSETLAKE_JVM_CACHE=str(cache)))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == (f"offsetlake warm-up: error: no class archive can be written: {cache} cannot be "
+                          "written here (set OFFSETLAKE_JVM_CACHE to a directory that can)\n")

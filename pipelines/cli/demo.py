@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shlex
 import shutil
 import sys
@@ -161,13 +162,22 @@ def cmd_warm_up(args: argparse.Namespace) -> int:
     refused = class_archive_refusal()
     if refused:
         raise UserError(f"no class archive can serve this machine's runs: {refused}")
+    directory = jvm_cache.cache_dir(os.environ)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        writable = os.access(directory, os.W_OK | os.X_OK)
+    except OSError:
+        writable = False
+    if not writable:
+        raise UserError(f"no class archive can be written: {directory} cannot be written here (set "
+                        f"{jvm_cache.CACHE_ENV} to a directory that can)")
     before = len(jvm_cache.planned())
     _ingest_a_little(args)
     plans = jvm_cache.planned()[before:]
     jvm_cache.finish(wait=True)
-    if not plans:
-        raise UserError("another process is writing the class archive now; run warm-up again once "
-                        "it is done")
+    if not plans:  # its lock was taken
+        raise UserError(f"another process is writing the class archive in {directory} now; run "
+                        "warm-up again once it is done")
     plan = plans[-1]
     if not plan.archive.is_file():
         raise UserError(f"the JVM's class archive {plan.archive} is not in place (the JVM "
