@@ -262,3 +262,39 @@ def test_the_same_interpreter_by_another_name_beside_it_is_ours(tmp_path: Path, 
     assert not spark._same_python("no-such-python")
     monkeypatch.setenv("PATH", os.pathsep.join([str(other), os.environ.get("PATH", "")]))
     assert not spark._same_python("python3")  # PATH's python3 is the other environment's
+
+
+def test_a_conf_dir_with_only_spark_defaults_is_handed_over_as_a_properties_file(
+        env: dict[str, str], tmp_path: Path) -> None:
+    """Only where the launch stays the same: the defaults file (read by path only) beside
+    Spark's templates; never a conf dir holding what Spark reads from the class path or
+    sources, never beside the user's own properties file or JVM options, never for a JVM
+    offsetlake does not launch. (A real JVM with it: tests/test_warm_up.py.)"""
+    from pipelines.spark import _conf_dir_handover
+
+    conf = Path(env["SPARK_CONF_DIR"])
+    env["OFFSETLAKE_JVM_CACHE"] = str(tmp_path / "cache")
+    local = session_settings({}, env=env)
+    assert _conf_dir_handover(local, env) == {}  # an empty conf dir needs nothing
+    (conf / "spark-env.sh.template").write_text("# as Spark ships it\n")
+    empty = str(tmp_path / "cache" / "empty-spark-conf")
+    assert _conf_dir_handover(local, env) == {"SPARK_CONF_DIR": empty}
+    assert not any(Path(empty).iterdir())
+    (conf / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions 7\n")
+    handed = _conf_dir_handover(local, {**env, "PYSPARK_SUBMIT_ARGS": "--driver-memory 2g pyspark-shell"})
+    assert handed == {"SPARK_CONF_DIR": empty, "PYSPARK_SUBMIT_ARGS":
+                      f"--properties-file {conf / 'spark-defaults.conf'} --driver-memory 2g pyspark-shell"}
+    assert _conf_dir_handover(local, env)["PYSPARK_SUBMIT_ARGS"].endswith(" pyspark-shell")
+    for own in ("--properties-file /etc/mine.conf pyspark-shell", "--properties-file=/etc/mine.conf pyspark-shell",
+                "--load-spark-defaults pyspark-shell"):
+        assert _conf_dir_handover(local, {**env, "PYSPARK_SUBMIT_ARGS": own}) == {}
+    assert _conf_dir_handover(local, {**env, "SPARK_SUBMIT_OPTS": "-Dx=1"}) == {}
+    assert _conf_dir_handover(local, {**env, "OFFSETLAKE_JVM_CACHE": "off"}) == {}
+    cluster = session_settings({"spark.master": "spark://10.0.0.5:7077"}, env=env)
+    assert _conf_dir_handover(cluster, env) == {}
+    for other in ("log4j2.properties", "spark-env.sh", "hive-site.xml"):
+        (conf / other).write_text("x\n")
+        assert _conf_dir_handover(local, env) == {}
+        (conf / other).unlink()
+    (Path(empty) / "left-by-someone").write_text("")
+    assert _conf_dir_handover(local, env) == {}  # ours must be empty to stand for theirs

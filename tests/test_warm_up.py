@@ -4,6 +4,7 @@ no archive can serve."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,9 +24,33 @@ def _warm_up(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess
                           capture_output=True, text=True, timeout=600)
 
 
+_PROBE = """
+import json, os
+from pipelines.spark import spark_session
+spark = spark_session("probe")
+jvm = spark._jvm
+pid = jvm.java.lang.ProcessHandle.current().pid()
+args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+print(json.dumps({"shuffle": spark.conf.get("spark.sql.shuffle.partitions"), "args": args,
+                  "mapped": [a for a in set(open(f"/proc/{pid}/maps").read().split()) if a.endswith(".jsa")],
+                  "class_path": jvm.java.lang.System.getProperty("java.class.path").split(os.pathsep),
+                  "env": [os.environ.get("SPARK_CONF_DIR"), os.environ.get("PYSPARK_SUBMIT_ARGS")]}))
+spark.stop()
+"""
+
+
 @pytest.mark.slow
 def test_warm_up_leaves_the_archive_in_place_and_the_next_run_maps_it(tmp_path: Path) -> None:
-    env = _clean_env(tmp_path)
+    """Also beside a Spark conf dir holding only a spark-defaults.conf (and a template), the
+    common one, which spark-class puts on the JVM's class path where the JVM refuses a
+    directory with files: the file is handed over as a properties file, and its settings
+    still apply (a Spark setting, the driver's memory, which spark-class's launcher reads)."""
+    conf = tmp_path / "spark-conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions 7\n"  # read by spark-submit
+                                              "spark.driver.memory 3g\n")  # and by its launcher
+    (conf / "spark-env.sh.template").write_text("# as Spark ships it\n")
+    env = _clean_env(tmp_path, SPARK_CONF_DIR=str(conf))
     cache = tmp_path / "cache"
     first = _warm_up(tmp_path, env)
     assert first.returncode == 0, first.stderr[-2000:]
@@ -38,8 +63,19 @@ def test_warm_up_leaves_the_archive_in_place_and_the_next_run_maps_it(tmp_path: 
     assert archives[0].with_name(archives[0].stem + ".launcher.jsa").stat().st_size > 100_000
     assert not list(Path(tmp_path).glob("offsetlake-warm-up-*"))
 
-    # another PATH (a scheduler's) finds the same java: the same archive, mapped
-    second = _warm_up(tmp_path, {**env, "PATH": f"{tmp_path / 'no-such-dir'}{os.pathsep}{env['PATH']}"})
+    # another PATH (a scheduler's) finds the same java: the same archive, mapped, the
+    # user's settings in force and their variables left as they were
+    env["PATH"] = f"{tmp_path / 'no-such-dir'}{os.pathsep}{env['PATH']}"
+    probe = subprocess.run([sys.executable, "-c", _PROBE], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    got = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert str(archives[0]) in got["mapped"] and f"-XX:SharedArchiveFile={archives[0]}" in got["args"]
+    assert got["shuffle"] == "7" and "-Xmx3g" in got["args"]
+    assert str(conf) not in {p.rstrip("/") for p in got["class_path"]}
+    assert got["env"] == [str(conf), None]
+
+    second = _warm_up(tmp_path, env)
     assert second.returncode == 0, second.stderr[-2000:]
     assert second.stdout == f"class archive in place: {archives[0]} (written before; mapped by this run)\n"
     assert [a for a in cache.glob("spark-*.jsa") if not a.name.endswith(".launcher.jsa")] == archives
@@ -56,7 +92,8 @@ def test_warm_up_says_why_no_archive_can_serve(tmp_path: Path, setting: dict[str
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
-    env = _clean_env(tmp_path, **{k: str(conf) if v == "CONF" else v for k, v in setting.items()})
+    (conf / "log4j2.properties").write_text("rootLogger.level = warn\n")  # read from the class path
+    env = _clean_env(tmp_path, **{k: v.replace("CONF", str(conf)) for k, v in setting.items()})
     out = _warm_up(tmp_path, env)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.startswith("offsetlake warm-up: error: no class archive can serve this machine's runs: ")

@@ -220,5 +220,6 @@ def add_warm_up_parser(sub: argparse._SubParsersAction) -> None:
                                    "OFFSETLAKE_JVM_CACHE). Run it as the scheduled runs run: the same "
                                    "user, Java, Spark and conf dirs. Exits 2, saying why, where no "
                                    "archive can serve (a non-local master, SPARK_SUBMIT_OPTS, a Spark "
-                                   "conf dir with files, OFFSETLAKE_JVM_CACHE=off).")
+                                   "conf dir with more than spark-defaults.conf, "
+                                   "OFFSETLAKE_JVM_CACHE=off).")
     p.set_defaults(func=cmd_warm_up)
