@@ -266,7 +266,7 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
                **settings.conf}
     ours = bool(settings.submit_opts)  # a local JVM this process launches
     handover = _conf_dir_handover(settings, os.environ)
-    archive_env = {**os.environ, **handover}
+    archive_env = {**os.environ, **handover}  # what the JVM will see
     archive = jvm_cache.plan(archive_env, _spark_home(archive_env), settings.submit_opts or "",
                              user_conf.get("spark.driver.extraClassPath", "")) \
         if _archive_refusal(settings, user_conf, archive_env) is None else None
@@ -325,58 +325,20 @@ def _archive_refusal(settings: SessionSettings, user_conf: Mapping[str, str],
     return jvm_cache.why_not(env, _spark_home(env), user_conf.get("spark.driver.extraClassPath", ""))
 
 
+def _conf_dir_handover(settings: SessionSettings, env: Mapping[str, str]) -> dict[str, str]:
+    """:func:`pipelines.jvm_cache.conf_dir_handover` for a JVM this process launches with
+    no JVM options of the user's (else {}: no archive either way)."""
+    if not settings.submit_opts or "SPARK_SUBMIT_OPTS" in env:
+        return {}
+    return jvm_cache.conf_dir_handover(env, _spark_home(env))
+
+
 def class_archive_refusal() -> str | None:
     """Why a session :func:`spark_session` makes now would get no class archive (None: it
     would map or write one), read from the same settings."""
     user_conf, jvm_running = user_spark_conf()
     settings = session_settings(user_conf, jvm_running=jvm_running)
     return _archive_refusal(settings, user_conf, {**os.environ, **_conf_dir_handover(settings, os.environ)})
-
-
-#: what a Spark conf dir may hold beside spark-defaults.conf for :func:`_conf_dir_handover`
-_DEFAULTS = "spark-defaults.conf"
-
-
-def _conf_dir_handover(settings: SessionSettings, env: Mapping[str, str]) -> dict[str, str]:
-    """Launch variables that keep the class archive beside a Spark conf dir holding only a
-    ``spark-defaults.conf`` and Spark's ``*.template`` files (or only those, as a Spark
-    distribution ships it): the file handed to spark-submit as ``--properties-file`` and an
-    empty conf dir of ours in its place ({} where that would not be the same launch).
-
-    Why: spark-class puts the conf dir on the JVM's class path before Spark's jars, where the
-    JVM refuses a directory with files, so the common conf dir with one defaults file cost
-    every local run its archive (the real workload 10.0-12.3 s against 6-7 s). Spark reads
-    that file only by its path (the launcher for the driver's memory, options and class
-    path; spark-submit for the settings), and reads a ``--properties-file`` the same way
-    instead of it; nothing loads it from the class path. A conf dir holding anything else
-    (``spark-env.sh``, ``log4j2.properties``, Hadoop's or Hive's files) stays as it is, and so
-    does a launch given its own ``--properties-file`` or ``--load-spark-defaults``."""
-    if not settings.submit_opts or "SPARK_SUBMIT_OPTS" in env:
-        return {}
-    conf = Path(env.get("SPARK_CONF_DIR") or _spark_home(env) / "conf")
-    cache = jvm_cache.cache_dir(env)
-    try:
-        names = [p.name for p in conf.iterdir()] if conf.is_dir() else []
-    except OSError:
-        return {}
-    if cache is None or not names or any(n != _DEFAULTS and not n.endswith(".template") for n in names) \
-            or (_DEFAULTS in names and not (conf / _DEFAULTS).is_file()):
-        return {}
-    args = shlex.split(env.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
-    if _DEFAULTS in names and any(a.split("=")[0] in ("--properties-file", "--load-spark-defaults")
-                                  for a in args):
-        return {}
-    empty = cache / "empty-spark-conf"
-    try:
-        empty.mkdir(parents=True, exist_ok=True)
-        if any(empty.iterdir()):
-            return {}
-    except OSError:
-        return {}
-    if _DEFAULTS not in names:  # Spark's templates only, as a distribution ships its conf dir
-        return {"SPARK_CONF_DIR": str(empty)}
-    return {"SPARK_CONF_DIR": str(empty),
-            "PYSPARK_SUBMIT_ARGS": shlex.join(["--properties-file", str(conf / _DEFAULTS), *args])}
 
 
 def _get_or_create(options: dict[str, str], deferral: ctrl_c.Deferral):
