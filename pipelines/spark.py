@@ -174,7 +174,9 @@ def session_settings(user_conf: Mapping[str, str], *, master: str | None = None,
         defaults["spark.ui.showConsoleProgress"] = "false"
         if QUIET_LOG4J and not jvm_running and not env.get("OFFSETLAKE_SPARK_LOG_LEVEL") \
                 and not _user_log_config(env):  # no JVM start-up banner or native-hadoop warning
-            defaults["spark.driver.extraJavaOptions"] = \
+            # the driver's default options, not its extra ones: those are the user's to set
+            # (a proxy, a truststore), and a log4j2 file of theirs there comes later and wins
+            defaults["spark.driver.defaultJavaOptions"] = \
                 f"-Dlog4j2.configurationFile={shlex.quote(str(QUIET_LOG4J))}"
     if env.get("OFFSETLAKE_SPARK_DRIVER_MEMORY"):  # the user's, through our own variable
         defaults["spark.driver.memory"] = env["OFFSETLAKE_SPARK_DRIVER_MEMORY"]

@@ -21,14 +21,17 @@ def test_spark_console_progress_and_banners_off_unless_verbose() -> None:
     quiet = session_settings({}, env={})
     assert quiet.conf["spark.ui.showConsoleProgress"] == "false"
     assert QUIET_LOG4J is not None and "rootLogger.level = warn" in QUIET_LOG4J.read_text()
-    assert str(QUIET_LOG4J) in quiet.conf["spark.driver.extraJavaOptions"]
+    assert str(QUIET_LOG4J) in quiet.conf["spark.driver.defaultJavaOptions"]
     verbose = session_settings({}, env={"OFFSETLAKE_SPARK_QUIET": "false"})
     assert "spark.ui.showConsoleProgress" not in verbose.conf
-    assert "spark.driver.extraJavaOptions" not in verbose.conf
+    assert "spark.driver.defaultJavaOptions" not in verbose.conf
     mine = session_settings({"spark.ui.showConsoleProgress": "true",
                              "spark.driver.extraJavaOptions": "-Dx=1"}, env={})
     assert "spark.ui.showConsoleProgress" not in mine.conf  # the user's setting stands
-    assert "spark.driver.extraJavaOptions" not in mine.conf
+    assert "spark.driver.extraJavaOptions" not in mine.conf  # and their options are theirs:
+    assert str(QUIET_LOG4J) in mine.conf["spark.driver.defaultJavaOptions"]  # still quiet
+    admins = session_settings({"spark.driver.defaultJavaOptions": "-Dy=1"}, env={})
+    assert "spark.driver.defaultJavaOptions" not in admins.conf
 
 
 def test_kafka_python_chatter_is_at_warning(tmp_path: Path) -> None:

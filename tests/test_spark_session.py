@@ -35,11 +35,13 @@ def test_quiet_console_settings_yield_to_the_users(env: dict[str, str]) -> None:
     env["OFFSETLAKE_SPARK_QUIET"] = "true"
     quiet = session_settings({}, env=env)
     assert quiet.conf["spark.ui.showConsoleProgress"] == "false"
-    assert "log4j2.configurationFile" in quiet.conf["spark.driver.extraJavaOptions"]
-    user = {"spark.ui.showConsoleProgress": "true", "spark.driver.extraJavaOptions": "-Dx=1"}
+    assert "log4j2.configurationFile" in quiet.conf["spark.driver.defaultJavaOptions"]
+    user = {"spark.ui.showConsoleProgress": "true", "spark.driver.extraJavaOptions": "-Dx=1",
+            "spark.driver.defaultJavaOptions": "-Dy=1"}
     kept = session_settings(user, env=env)
     assert "spark.ui.showConsoleProgress" not in kept.conf
     assert "spark.driver.extraJavaOptions" not in kept.conf
+    assert "spark.driver.defaultJavaOptions" not in kept.conf
 
 
 def test_local_master_gets_every_default(env: dict[str, str]) -> None:

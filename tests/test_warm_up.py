@@ -44,11 +44,13 @@ def test_warm_up_leaves_the_archive_in_place_and_the_next_run_maps_it(tmp_path: 
     """Also beside a Spark conf dir holding only a spark-defaults.conf (and a template), the
     common one, which spark-class puts on the JVM's class path where the JVM refuses a
     directory with files: the file is handed over as a properties file, and its settings
-    still apply (a Spark setting, the driver's memory, which spark-class's launcher reads)."""
+    still apply (a Spark setting, the driver's memory and options, which spark-class's
+    launcher reads); the user's own driver options leave the JVM quiet."""
     conf = tmp_path / "spark-conf"
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions 7\n"  # read by spark-submit
-                                              "spark.driver.memory 3g\n")  # and by its launcher
+                                              "spark.driver.memory 3g\n"  # and by its launcher
+                                              "spark.driver.extraJavaOptions -Dmine=1\n")  # still quiet
     (conf / "spark-env.sh.template").write_text("# as Spark ships it\n")
     env = _clean_env(tmp_path, SPARK_CONF_DIR=str(conf))
     cache = tmp_path / "cache"
@@ -71,7 +73,7 @@ def test_warm_up_leaves_the_archive_in_place_and_the_next_run_maps_it(tmp_path: 
     assert probe.returncode == 0, probe.stderr[-2000:]
     got = json.loads(probe.stdout.strip().splitlines()[-1])
     assert str(archives[0]) in got["mapped"] and f"-XX:SharedArchiveFile={archives[0]}" in got["args"]
-    assert got["shuffle"] == "7" and "-Xmx3g" in got["args"]
+    assert got["shuffle"] == "7" and "-Xmx3g" in got["args"] and "-Dmine=1" in got["args"]
     assert str(conf) not in {p.rstrip("/") for p in got["class_path"]}
     assert got["env"] == [str(conf), None]
 
