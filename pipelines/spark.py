@@ -267,11 +267,10 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
     options = {"spark.app.name": app_name, **({"spark.master": settings.master} if settings.master else {}),
                **settings.conf}
     ours = bool(settings.submit_opts)  # a local JVM this process launches
-    handover = _conf_dir_handover(settings, os.environ)
-    archive_env = {**os.environ, **handover}  # what the JVM will see
-    archive = jvm_cache.plan(archive_env, _spark_home(archive_env), settings.submit_opts or "",
-                             user_conf.get("spark.driver.extraClassPath", "")) \
-        if _archive_refusal(settings, user_conf, archive_env) is None else None
+    refusal, handover = _archive_launch(settings, user_conf, os.environ)
+    archive_env = {**os.environ, **handover}
+    archive = None if refusal else jvm_cache.plan(archive_env, _spark_home(archive_env), settings.submit_opts or "",
+                                                  user_conf.get("spark.driver.extraClassPath", ""))
     launcher = spark_python.launcher() if ours else None
     if launcher:  # workers use PYSPARK_PYTHON, the driver-side ones PYSPARK_DRIVER_PYTHON
         for (variable, conf_key), chosen in zip(PYTHON_SETTINGS, python_chosen, strict=True):
@@ -316,31 +315,28 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
     return spark
 
 
-def _archive_refusal(settings: SessionSettings, user_conf: Mapping[str, str],
-                     env: Mapping[str, str]) -> str | None:
-    """Why the JVM of a session with ``settings`` gets no class archive (None: it does)."""
+def _archive_launch(settings: SessionSettings, user_conf: Mapping[str, str],
+                    env: Mapping[str, str]) -> tuple[str | None, dict[str, str]]:
+    """``(why the JVM of a session with settings gets no class archive (None: it gets one),
+    the launch variables it takes for one)``: only a JVM this process launches, with no JVM
+    options of the user's, and a conf dir of defaults handed over
+    (:func:`pipelines.jvm_cache.conf_dir_handover`)."""
     if not settings.submit_opts:
-        return "offsetlake does not launch this JVM (a master that is not local, or a JVM already running)"
+        return "offsetlake does not launch this JVM (a master that is not local, or a JVM already running)", {}
     if "SPARK_SUBMIT_OPTS" in env:  # an agent or CDS flag of theirs can keep the JVM from
         # mapping any archive, and each run would then write one again (~20 s of CPU)
-        return "SPARK_SUBMIT_OPTS is set: the archive is off beside your own JVM options"
-    return jvm_cache.why_not(env, _spark_home(env), user_conf.get("spark.driver.extraClassPath", ""))
-
-
-def _conf_dir_handover(settings: SessionSettings, env: Mapping[str, str]) -> dict[str, str]:
-    """:func:`pipelines.jvm_cache.conf_dir_handover` for a JVM this process launches with
-    no JVM options of the user's (else {}: no archive either way)."""
-    if not settings.submit_opts or "SPARK_SUBMIT_OPTS" in env:
-        return {}
-    return jvm_cache.conf_dir_handover(env, _spark_home(env))
+        return "SPARK_SUBMIT_OPTS is set: the archive is off beside your own JVM options", {}
+    handover = jvm_cache.conf_dir_handover(env, _spark_home(env))
+    launched = {**env, **handover}  # what the JVM will see
+    return jvm_cache.why_not(launched, _spark_home(launched),
+                             user_conf.get("spark.driver.extraClassPath", "")), handover
 
 
 def class_archive_refusal() -> str | None:
     """Why a session :func:`spark_session` makes now would get no class archive (None: it
     would map or write one), read from the same settings."""
     user_conf, jvm_running = user_spark_conf()
-    settings = session_settings(user_conf, jvm_running=jvm_running)
-    return _archive_refusal(settings, user_conf, {**os.environ, **_conf_dir_handover(settings, os.environ)})
+    return _archive_launch(session_settings(user_conf, jvm_running=jvm_running), user_conf, os.environ)[0]
 
 
 def _get_or_create(options: dict[str, str], deferral: ctrl_c.Deferral):

@@ -272,7 +272,10 @@ def test_a_conf_dir_with_only_spark_defaults_is_handed_over_as_a_properties_file
     Spark's templates; never a conf dir holding what Spark reads from the class path or
     sources, never beside the user's own properties file or JVM options, never for a JVM
     offsetlake does not launch. (A real JVM with it: tests/test_warm_up.py.)"""
-    from pipelines.spark import _conf_dir_handover
+    from pipelines.spark import _archive_launch
+
+    def _conf_dir_handover(settings, env):  # the launch variables, whatever the archive's fate
+        return _archive_launch(settings, {}, env)[1]
 
     conf = Path(env["SPARK_CONF_DIR"])
     env["OFFSETLAKE_JVM_CACHE"] = str(tmp_path / "cache")
