@@ -109,7 +109,8 @@ def submit_conf(env: Mapping[str, str]) -> dict[str, str]:
     properties_file = None
     given: dict[str, str] = {}
     options = {"--master": "spark.master", "--driver-memory": "spark.driver.memory",
-               "--name": "spark.app.name", "--deploy-mode": "spark.submit.deployMode"}
+               "--name": "spark.app.name", "--deploy-mode": "spark.submit.deployMode",
+               "--py-files": "spark.submit.pyFiles"}
     i = 0
     while i < len(args):
         arg, value = args[i], args[i + 1] if i + 1 < len(args) else ""
@@ -290,6 +291,7 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
             if launcher and os.environ.get("PYSPARK_PYTHON") == launcher and DAEMON_CONF not in user_conf:
                 options[DAEMON_CONF] = DAEMON_MODULE
                 launch_env.update(spark_fork_server.start({**os.environ, **launch_env}))
+    probe = _worker_python_probe(user_conf, python_chosen[0]) if ours else None
     before = {variable: os.environ.get(variable) for variable in launch_env}
     os.environ.update(launch_env)
     launch_began = _ticks_since_boot()
@@ -297,6 +299,8 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
         with jvm_output.forwarded():
             spark = _get_or_create(options, deferral)
     except BaseException as exc:
+        if probe:
+            probe.stop()
         _end_failed_launch(launch_began)
         jvm_cache.abandon(archive, suspect=isinstance(exc, Exception) and not ctrl_c.pressed())  # not for Ctrl-C
         raise
@@ -307,6 +311,12 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
             else:
                 os.environ[variable] = value
     jvm_cache.started(archive, getattr(spark.sparkContext._gateway, "proc", None))
+    if probe:
+        try:
+            probe.check()
+        except spark_python.WorkerPythonError:
+            spark.stop()
+            raise
     if settings.log_level:
         spark.sparkContext.setLogLevel(settings.log_level)
     include_wheels(spark.sparkContext)
@@ -408,6 +418,18 @@ def _end_failed_launch(began: int | None, reap: bool = True) -> None:
                 os.kill(pid, signal.SIGKILL)
                 if reap:
                     os.waitpid(pid, 0)
+
+
+def _worker_python_probe(user_conf: Mapping[str, str], chosen: str | None
+                         ) -> spark_python.WorkerPythonProbe | None:
+    """A probe of the ``PYSPARK_PYTHON`` the user chose for the Python processes of a local
+    master, unless it is this interpreter (:func:`_same_python`) or ``--py-files`` come from
+    elsewhere. (pyspark gives the JVM that variable, not ``spark.pyspark.python``, for them.)"""
+    py_files = [p.strip() for p in user_conf.get("spark.submit.pyFiles", "").split(",") if p.strip()]
+    if _same_python(chosen) or any(re.match(r"[a-zA-Z][\w+.-]+://", p) and not p.startswith("file:")
+                                   for p in py_files):  # what Spark fetches: not seen here
+        return None
+    return spark_python.WorkerPythonProbe(str(chosen), _spark_home(os.environ), os.environ, py_files)
 
 
 def _same_python(chosen: str | None) -> bool:

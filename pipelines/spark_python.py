@@ -24,10 +24,13 @@ launches, and only where the user chose no other Python.
 
 from __future__ import annotations
 
+import json
 import os
 import struct
+import subprocess
 import sys
 import zipfile
+from collections.abc import Mapping
 
 #: Spark's source zips on the worker path -> the package each holds
 SPARK_ZIPS = {"pyspark.zip": "pyspark", "py4j-": "py4j"}
@@ -127,3 +130,92 @@ def launcher() -> str | None:
     """The installed ``offsetlake-spark-python`` beside this interpreter, if there is one."""
     path = os.path.join(os.path.dirname(sys.executable), "offsetlake-spark-python")
     return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
+class WorkerPythonError(RuntimeError):
+    """The interpreter the user chose for Spark's Python processes cannot run offsetlake's."""
+
+
+#: Run by the chosen interpreter as Spark's Python processes run: what a decoding task imports
+_PROBE = """
+import importlib, json, sys
+out = {"python": "%d.%d" % sys.version_info[:2]}
+try:
+    from pipelines.spark_workers import TASK_MODULES
+    for module in TASK_MODULES:
+        importlib.import_module(module)
+    import pipelines
+    out["offsetlake"] = pipelines.__version__
+except BaseException as exc:
+    out["error"] = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps(out))
+"""
+
+
+class WorkerPythonProbe:
+    """The user's ``PYSPARK_PYTHON`` for a local master, tried while the JVM starts: it
+    imports what a decoding task imports, on the path Spark gives its Python processes
+    (Spark's source zips, the ``--py-files``, then ``PYTHONPATH``).
+
+    Why: Spark starts that interpreter only for the query's first Python step; one without
+    pyarrow or offsetlake failed the run ~15 s in, as "Failed to create Python data source
+    instance: Traceback ..." with the cause cut off."""
+
+    def __init__(self, python: str, spark_home: str | os.PathLike[str], env: Mapping[str, str],
+                 py_files: list[str] | None = None) -> None:
+        self.python = python
+        lib = os.path.join(os.fspath(spark_home), "python", "lib")
+        zips = sorted(os.path.join(lib, n) for n in os.listdir(lib) if n.endswith(".zip")) \
+            if os.path.isdir(lib) else []
+        shipped = [os.path.abspath(p.removeprefix("file:")) for p in py_files or ()]  # --py-files
+        path = os.pathsep.join([*zips, *shipped, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+        self.failure: str | None = None
+        self.process: subprocess.Popen[str] | None = None
+        try:
+            self.process = subprocess.Popen([python, "-c", _PROBE], env={**env, "PYTHONPATH": path},
+                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                            stderr=subprocess.DEVNULL, text=True)
+        except OSError as exc:  # no such file, not executable
+            self.failure = f"it cannot be run ({exc.strerror or exc})"
+
+    def check(self, timeout: float = 120.0) -> None:
+        """Raise :class:`WorkerPythonError` when the interpreter cannot run offsetlake's tasks
+        (another Python minor version, which Spark refuses; a module it cannot import; another
+        offsetlake version). A probe that does not answer in time is left to Spark."""
+        if self.process is not None:
+            try:
+                out, _ = self.process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.stop()
+                return
+            self.failure = probe_failure(out, self.process.returncode)
+        if self.failure:
+            raise WorkerPythonError(
+                f"PYSPARK_PYTHON={self.python}: Spark's Python workers run that interpreter, and "
+                f"{self.failure}; install offsetlake in its environment, or unset PYSPARK_PYTHON "
+                f"for the workers to run this one ({sys.executable})")
+
+    def stop(self) -> None:
+        """End the probe (the session could not start)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def probe_failure(out: str, returncode: int | None) -> str | None:
+    """What keeps the interpreter that printed ``out`` from running offsetlake's tasks, if
+    anything: the probe's JSON line compared with this interpreter and offsetlake."""
+    from pipelines import __version__
+
+    try:
+        found = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return f"it did not run Python code as expected (exit status {returncode})"
+    ours = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if found.get("python") != ours:
+        return f"it is Python {found.get('python')}, not {ours} as here (Spark refuses workers of another version)"
+    if found.get("error"):
+        return f"it cannot import what offsetlake's tasks import ({found['error']})"
+    if found.get("offsetlake") != __version__:
+        return f"it imports offsetlake {found.get('offsetlake')}, not {__version__} as here"
+    return None

@@ -89,7 +89,7 @@ def _not_an_echo(record: logging.LogRecord) -> bool:
     return not (message.startswith(PY4J_ECHOES) or (INTERRUPTED.is_set() and message.startswith(PY4J_AFTER_CTRL_C)))
 
 
-_ONE_LINE_ERRORS = ("ClusterUnreachable", "NoBrokersAvailable", "NoSnapshotError",
+_ONE_LINE_ERRORS = ("ClusterUnreachable", "NoBrokersAvailable", "NoSnapshotError", "WorkerPythonError",
                     "CheckpointMismatch", "KafkaOptionError", "KafkaAuthenticationError",
                     "KafkaAuthorizationError", "PartialSnapshotError")
 
