@@ -105,7 +105,7 @@ def test_ingest_with_a_python_without_the_dependencies_fails_at_its_start(tmp_pa
     assert out.returncode == 2, out.stderr[-3000:]
     assert out.stderr.strip().splitlines() == [
         f"offsetlake ingest: error: WorkerPythonError: PYSPARK_PYTHON={python}: Spark's Python workers "
-        "run that interpreter, and it cannot import what offsetlake's tasks import (ModuleNotFoundError: "
+        "run that interpreter, and it cannot load what offsetlake's tasks need (ModuleNotFoundError: "
         f"No module named 'pyarrow'); install offsetlake in its environment, or unset PYSPARK_PYTHON "
         f"for the workers to run this one ({sys.executable})"]
     assert not list(tmp_path.rglob("_delta_log"))  # no table written
