@@ -46,8 +46,7 @@ LOCAL_DEFAULTS = {
     "spark.driver.maxResultSize": "0",
 }
 #: where Spark finds the Python of its workers and of its driver-side Python processes
-PYTHON_SETTINGS = (("PYSPARK_PYTHON", "spark.pyspark.python"),
-                   ("PYSPARK_DRIVER_PYTHON", "spark.pyspark.driver.python"))
+PYTHON_VARIABLES = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
 #: Spark's setting for the module its Python task daemon runs (``pyspark.daemon`` by default)
 DAEMON_CONF = "spark.python.daemon.module"
 LOCAL_LOG_LEVEL = "FATAL"  # failures reach the user as our own one-line errors
@@ -251,7 +250,7 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
 
 def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_conf: dict[str, str] | None,
                    own_workers: bool, deferral: ctrl_c.Deferral):
-    python_chosen = os.environ.get("PYSPARK_PYTHON"), os.environ.get("PYSPARK_DRIVER_PYTHON")
+    python_chosen = tuple(os.environ.get(variable) for variable in PYTHON_VARIABLES)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -274,8 +273,9 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
                                                   user_conf.get("spark.driver.extraClassPath", ""))
     launcher = spark_python.launcher() if ours else None
     if launcher:  # workers use PYSPARK_PYTHON, the driver-side ones PYSPARK_DRIVER_PYTHON
-        for (variable, conf_key), chosen in zip(PYTHON_SETTINGS, python_chosen, strict=True):
-            if conf_key not in user_conf and _same_python(chosen):
+        # (not spark.pyspark.python or .driver.python: a session started from Python reads neither)
+        for variable, chosen in zip(PYTHON_VARIABLES, python_chosen, strict=True):
+            if _same_python(chosen):
                 os.environ[variable] = launcher
         os.environ.update(spark_python.launcher_env(_spark_home(os.environ)))  # what it runs
     launch_env: dict[str, str] = {}  # only for the spark-submit that launches the JVM

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import venv
 from pathlib import Path
 
 import pytest
@@ -237,6 +238,42 @@ def test_a_users_own_jvm_options_and_python3_keep_the_fast_workers(
     assert not [a for a in got["args"] if "SharedArchiveFile" in a or "ArchiveClassesAtExit" in a]
     assert got["env_left"] == "-Dmine=1 -XX:TieredStopAtLevel=4"
     assert got["daemon"] == "pipelines.spark_daemon" and got["one"] == [1]
+
+
+_WORKER_PYTHON_PROBE = """
+import json
+from pipelines.spark import spark_session
+spark = spark_session("probe", own_workers=True)
+def where(batches):
+    import sys
+    import pyarrow as pa
+    for _ in batches:
+        yield pa.RecordBatch.from_pylist([{"python": sys.executable}])
+print(json.dumps({"daemon": spark.sparkContext.getConf().get("spark.python.daemon.module"),
+                  "workers": sorted({r.python for r in spark.range(2).mapInArrow(where, "python string").collect()})}))
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_spark_pyspark_python_settings_keep_the_fast_workers(env: dict[str, str], tmp_path: Path) -> None:
+    """``spark.pyspark.python`` and ``.driver.python`` name another interpreter: a session
+    started from Python reads neither (pyspark takes PYSPARK_PYTHON), so its workers run this
+    interpreter either way; they no longer keep offsetlake's daemon and launcher off (the real
+    workload 9.8-11.5 s against 6.6-7.9 s)."""
+    other = tmp_path / "other"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(other)  # no pyarrow, no offsetlake
+    run_env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYSPARK_", "SPARK_", "OFFSETLAKE_SPARK"))}
+    run_env.update(env)
+    run_env["PYSPARK_SUBMIT_ARGS"] = (f"--conf spark.pyspark.python={other}/bin/python "
+                                      f"--conf spark.pyspark.driver.python={other}/bin/python pyspark-shell")
+    out = subprocess.run([sys.executable, "-c", _WORKER_PYTHON_PROBE], cwd=tmp_path, env=run_env,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["daemon"] == "pipelines.spark_daemon"
+    assert [os.path.realpath(p) for p in got["workers"]] == [os.path.realpath(sys.executable)]
 
 
 def test_the_same_interpreter_by_another_name_beside_it_is_ours(tmp_path: Path, monkeypatch) -> None:
