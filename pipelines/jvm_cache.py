@@ -25,7 +25,8 @@ written by the first run that finds none and published the same way: 0.05 s then
 
 ``OFFSETLAKE_JVM_CACHE``: ``off`` disables it, a directory moves it (default
 ``$XDG_CACHE_HOME/offsetlake/jvm`` or ``~/.cache/offsetlake/jvm``; an archive is ~150 MB).
-Never used for a JVM the user started (spark-submit) or gave options (``SPARK_SUBMIT_OPTS``),
+Never used for a JVM the user started (spark-submit) or gave an option that keeps the JVM
+from mapping one (:func:`options_refusal`; their other options are keyed, :func:`key_options`),
 nor when a directory with files is on the JVM's class path before Spark's jars (a
 ``SPARK_CONF_DIR`` holding more than a ``spark-defaults.conf``: :func:`conf_dir_handover`): the
 JVM cannot archive such a class path (:func:`class_path_directories`).
@@ -66,6 +67,21 @@ QUIET_CDS_LOG = "-Xlog:disable -Xlog:all=warning:stderr -Xlog:cds*=error:stderr"
 #: shell's (an archive written by ``offsetlake warm-up`` in an image's build must still fit)
 CLASSPATH_ENV = ("SPARK_HOME", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR",
                  "SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH", "JAVA_HOME")
+#: where the java launcher and the JVM read options from beside the command line (the first
+#: two before it, the last after it)
+OPTION_ENV = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
+#: JVM options beside which no archive is used: an agent, class sharing of the user's own,
+#: the boot class path or a system class loader (the JVM then maps no application class),
+#: options read from a file (not seen here)
+ARCHIVE_BREAKING = ("-javaagent:", "-agentlib:", "-agentpath:", "-Xshare:", "-Xbootclasspath",
+                    "-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-XX:SharedClassListFile",
+                    "-XX:DumpLoadedClassList", "-XX:+UseSharedSpaces", "-XX:-UseSharedSpaces",
+                    "-XX:SharedBaseAddress", "-XX:+AutoCreateSharedArchive", "-XX:+RecordDynamicDumpInfo",
+                    "-XX:Flags=", "-XX:VMOptionsFile=", "-Djava.system.class.loader=", "@")
+#: a key whose archive the JVM did not write or map this many times in a row is not tried
+#: again for REFUSED_SECONDS: each try costs ~20 s of CPU at the JVM's exit
+REFUSALS = 2
+REFUSED_SECONDS = 86400
 
 
 @dataclass(frozen=True)
@@ -122,6 +138,31 @@ def _java(env: Mapping[str, str]) -> Path | None:
         return candidate if candidate.is_file() else None
     found = shutil.which("java", path=env.get("PATH"))
     return Path(found) if found else None
+
+
+def options_refusal(options: Mapping[str, str]) -> str | None:
+    """Why JVM options (where they are set -> their value) keep the archive off
+    (:data:`ARCHIVE_BREAKING`), or None."""
+    for where, value in options.items():
+        try:
+            tokens = shlex.split(value)
+        except ValueError:
+            return f"{where} does not read as JVM options: the class archive is off beside it"
+        for token in tokens:
+            if token.startswith(ARCHIVE_BREAKING):
+                return (f"{token.split('=')[0]} in {where} (an agent, class sharing, the boot class path, "
+                        "a system class loader, or options from a file) keeps the class archive off")
+            if token.startswith("-Xlog") and where in OPTION_ENV[:2]:  # read before the command line's
+                return (f"{token.split(':')[0]} in {where} keeps the class archive off (its quiet "
+                        "log settings, on the command line, would turn yours off)")
+    return None
+
+
+def key_options(*options: str) -> str:
+    """JVM options as an archive's key holds them: without system properties (``-D``), which
+    change nothing the JVM maps, so that one set anew for each run (a port, a path) does not
+    make each run write an archive of its own (~150 MB, ~20 s of CPU)."""
+    return shlex.join(t for value in options for t in shlex.split(value) if not t.startswith("-D"))
 
 
 def fingerprint(env: Mapping[str, str], spark_home: Path, extra: str = "") -> str | None:
@@ -246,6 +287,10 @@ def plan(env: Mapping[str, str], spark_home: Path, extra: str = "",
     if archive.is_file():
         _planned.append(ArchivePlan(archive, launcher=_launcher_plan(env, spark_home, archive)))
         return _planned[-1]
+    if refusals(archive) >= REFUSALS:
+        log.info("no class archive: the JVM did not write or map %s the last %d times (tried again "
+                 "after a day, or by offsetlake warm-up)", archive, REFUSALS)
+        return None
     lock = directory / f"spark-{key}.lock"
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -265,6 +310,27 @@ def plan(env: Mapping[str, str], spark_home: Path, extra: str = "",
     _planned.append(ArchivePlan(archive, writing=directory / f"spark-{key}.{os.getpid()}.tmp", lock=lock,
                                 launcher=_launcher_plan(env, spark_home, archive)))
     return _planned[-1]
+
+
+def refusals(archive: Path) -> int:
+    """How many times in a row the JVM did not write or map ``archive`` (0 after a day)."""
+    marker = archive.with_suffix(".refused")
+    try:
+        return 0 if _stale(marker, REFUSED_SECONDS) else int(marker.read_text() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _refused(archive: Path) -> None:
+    with suppress(OSError):
+        archive.with_suffix(".refused").write_text(str(refusals(archive) + 1))
+
+
+def forget_refusals(directory: Path) -> None:
+    """Try every key again (``offsetlake warm-up``: asked to write an archive now)."""
+    for marker in directory.glob("spark-*.refused"):
+        with suppress(OSError):
+            marker.unlink()
 
 
 def _launcher_plan(env: Mapping[str, str], spark_home: Path, archive: Path) -> LauncherPlan | None:
@@ -393,6 +459,7 @@ def _keep_if_mapped(archive: Path, pid: int, companions: tuple[Path, ...] = ()) 
     for path in (archive, *companions):
         with suppress(OSError):
             path.unlink(missing_ok=True)
+    _refused(archive)
     log.info("the JVM did not map the class archive %s (made for another installation of Spark "
              "or another Java); removed, the next run writes one for this JVM", archive)
 
@@ -453,6 +520,12 @@ def check_command(command: list[str], archive: Path) -> list[str]:
             "-XX:-CreateCoredumpOnCrash", "-version"]
 
 
+def _valid(command: list[str], writing: Path) -> bool:
+    check = subprocess.run(check_command(command, writing), capture_output=True, cwd=writing.parent,
+                           timeout=120)
+    return check.returncode == 0 and b"archive is valid" in check.stdout
+
+
 def publish(order_file: Path, timeout: float = 900.0) -> bool:
     """Wait for the JVM of ``order_file`` to exit (``pid`` None: it has), then publish the
     archive it wrote if a JVM with the same options maps it cleanly (a partial archive
@@ -464,13 +537,14 @@ def publish(order_file: Path, timeout: float = 900.0) -> bool:
         deadline = time.monotonic() + timeout
         while pid is not None and _running(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if (pid is not None and _running(pid)) or not writing.is_file():
+        if pid is not None and _running(pid):
             return False
-        check = subprocess.run(check_command(order["command"], writing), capture_output=True,
-                               cwd=writing.parent, timeout=120)
-        if check.returncode != 0 or b"archive is valid" not in check.stdout:
+        if not writing.is_file() or not _valid(order["command"], writing):
+            if order["lock"]:  # the JVM's archive (not its launcher's)
+                _refused(archive)
             return False
         os.replace(writing, archive)
+        archive.with_suffix(".refused").unlink(missing_ok=True)
         return True
     finally:
         writing.unlink(missing_ok=True)

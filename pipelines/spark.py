@@ -269,8 +269,10 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
     ours = bool(settings.submit_opts)  # a local JVM this process launches
     refusal, handover = _archive_launch(settings, user_conf, os.environ)
     archive_env = {**os.environ, **handover}
-    archive = None if refusal else jvm_cache.plan(archive_env, _spark_home(archive_env), settings.submit_opts or "",
-                                                  user_conf.get("spark.driver.extraClassPath", ""))
+    archive = None if refusal else jvm_cache.plan(
+        archive_env, _spark_home(archive_env),
+        jvm_cache.key_options(LOCAL_JVM_OPTIONS, *_users_jvm_options(user_conf, os.environ).values()),
+        user_conf.get("spark.driver.extraClassPath", ""))
     launcher = spark_python.launcher() if ours else None
     if launcher:  # workers use PYSPARK_PYTHON, the driver-side ones PYSPARK_DRIVER_PYTHON
         # (not spark.pyspark.python or .driver.python: a session started from Python reads neither)
@@ -280,8 +282,8 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
         os.environ.update(spark_python.launcher_env(_spark_home(os.environ)))  # what it runs
     launch_env: dict[str, str] = {}  # only for the spark-submit that launches the JVM
     if ours:
-        launch_env["SPARK_SUBMIT_OPTS"] = " ".join(
-            [settings.submit_opts, *([archive.java_options] if archive else [])])
+        launch_env["SPARK_SUBMIT_OPTS"] = " ".join(  # the user's options last: a -Xlog of theirs
+            [*([archive.java_options] if archive else []), settings.submit_opts])  # after our -Xlog:disable
         if archive:  # only for the archive's sake
             launch_env.update(handover)
         if archive and archive.launcher:
@@ -328,18 +330,29 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
 def _archive_launch(settings: SessionSettings, user_conf: Mapping[str, str],
                     env: Mapping[str, str]) -> tuple[str | None, dict[str, str]]:
     """``(why the JVM of a session with settings gets no class archive (None: it gets one),
-    the launch variables it takes for one)``: only a JVM this process launches, with no JVM
-    options of the user's, and a conf dir of defaults handed over
+    the launch variables it takes for one)``: only a JVM this process launches, with none of
+    the user's JVM options that keep an archive from being mapped
+    (:func:`pipelines.jvm_cache.options_refusal`), and a conf dir of defaults handed over
     (:func:`pipelines.jvm_cache.conf_dir_handover`)."""
     if not settings.submit_opts:
         return "offsetlake does not launch this JVM (a master that is not local, or a JVM already running)", {}
-    if "SPARK_SUBMIT_OPTS" in env:  # an agent or CDS flag of theirs can keep the JVM from
-        # mapping any archive, and each run would then write one again (~20 s of CPU)
-        return "SPARK_SUBMIT_OPTS is set: the archive is off beside your own JVM options", {}
+    refusal = jvm_cache.options_refusal(_users_jvm_options(user_conf, env))
+    if refusal:
+        return refusal, {}
     handover = jvm_cache.conf_dir_handover(env, _spark_home(env))
     launched = {**env, **handover}  # what the JVM will see
     return jvm_cache.why_not(launched, _spark_home(launched),
                              user_conf.get("spark.driver.extraClassPath", "")), handover
+
+
+#: the user's settings that give the local driver JVM options
+DRIVER_JAVA_OPTIONS = ("spark.driver.defaultJavaOptions", "spark.driver.extraJavaOptions")
+
+
+def _users_jvm_options(user_conf: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
+    """Where the user gave the local JVM options -> those options."""
+    return {**{k: env[k] for k in ("SPARK_SUBMIT_OPTS", *jvm_cache.OPTION_ENV) if env.get(k)},
+            **{k: user_conf[k] for k in DRIVER_JAVA_OPTIONS if user_conf.get(k)}}
 
 
 def class_archive_refusal() -> str | None:

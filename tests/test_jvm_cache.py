@@ -218,7 +218,68 @@ def test_an_archive_the_jvm_did_not_map_is_removed_and_a_mapped_one_is_kept(tmp_
     with _stand_in_jvm(mapping.archive, maps_it=False) as jvm:
         jvm_cache.started(mapping, jvm)  # given it, not mapped: the JVM refused it
     assert not mapping.archive.exists() and not mapping.launcher.archive.exists()
+    assert jvm_cache.refusals(mapping.archive) == 1
     assert jvm_cache.plan(env, spark_home).writing is not None  # the next run writes one again
+
+
+def test_a_key_the_jvm_refused_twice_is_not_tried_again_for_a_day(tmp_path, spark_home) -> None:
+    """Each try costs ~20 s of CPU at the JVM's exit: an archive it did not write or map twice
+    in a row (whatever keeps it from it) is not tried again until a day has passed, or until
+    ``offsetlake warm-up`` is asked to write one; one published resets the count."""
+    env = _env(tmp_path)
+    for _ in range(jvm_cache.REFUSALS):
+        plan = jvm_cache.plan(env, spark_home)
+        assert plan is not None and plan.writing is not None
+        jvm_cache.abandon(plan)
+        plan.archive.write_bytes(b"archive")  # published, then not mapped
+        mapping = jvm_cache.plan(env, spark_home)
+        with _stand_in_jvm(mapping.archive, maps_it=False) as jvm:
+            jvm_cache.started(mapping, jvm)
+    assert not plan.archive.exists() and jvm_cache.refusals(plan.archive) == jvm_cache.REFUSALS
+    assert jvm_cache.plan(env, spark_home) is None
+    marker = plan.archive.with_suffix(".refused")
+    a_day_ago = time.time() - jvm_cache.REFUSED_SECONDS - 60
+    os.utime(marker, (a_day_ago, a_day_ago))
+    tried = jvm_cache.plan(env, spark_home)
+    assert tried is not None and tried.writing is not None
+    jvm_cache.abandon(tried)
+    marker.write_text(str(jvm_cache.REFUSALS))
+    assert jvm_cache.plan(env, spark_home) is None
+    jvm_cache.forget_refusals(tmp_path / "cache")
+    assert jvm_cache.plan(env, spark_home).writing is not None
+
+
+def test_the_users_jvm_options_that_keep_an_archive_off() -> None:
+    """System properties (a proxy, a truststore), memory and GC flags keep it; an agent, class
+    sharing of their own, the boot class path, a system class loader, options from a file, an
+    unreadable value keep it off, and so does a -Xlog read before the command line (the
+    archive's quiet log settings would turn it off)."""
+    fine = {"SPARK_SUBMIT_OPTS": "-Dhttps.proxyHost=p -Djavax.net.ssl.trustStore='/etc/my store.jks' -Xss4m",
+            "spark.driver.extraJavaOptions": "-XX:+UseG1GC -Xlog:gc", "JAVA_TOOL_OPTIONS": "-Dfile.encoding=UTF-8",
+            "_JAVA_OPTIONS": "-Xlog:gc"}  # read after the command line: after the archive's log settings
+    assert jvm_cache.options_refusal(fine) is None
+    for where, value, said in [
+            ("SPARK_SUBMIT_OPTS", "-Dx=1 -javaagent:/opt/agent.jar", "-javaagent:/opt/agent.jar in SPARK_SUBMIT_OPTS"),
+            ("spark.driver.extraJavaOptions", "-agentlib:jdwp=transport=dt_socket", "-agentlib:jdwp in spark"),
+            ("JAVA_TOOL_OPTIONS", "-Xshare:off", "-Xshare:off in JAVA_TOOL_OPTIONS"),
+            ("SPARK_SUBMIT_OPTS", "-XX:SharedArchiveFile=/a.jsa", "-XX:SharedArchiveFile in"),
+            ("SPARK_SUBMIT_OPTS", "-Xbootclasspath/a:/x.jar", "-Xbootclasspath/a:/x.jar in"),
+            ("SPARK_SUBMIT_OPTS", "-Djava.system.class.loader=my.Loader", "-Djava.system.class.loader in"),
+            ("JDK_JAVA_OPTIONS", "@/etc/jvm.args", "@/etc/jvm.args in JDK_JAVA_OPTIONS"),
+            ("JAVA_TOOL_OPTIONS", "-Xlog:gc", "-Xlog in JAVA_TOOL_OPTIONS"),
+            ("_JAVA_OPTIONS", "-javaagent:/a.jar", "-javaagent:/a.jar in _JAVA_OPTIONS"),
+            ("SPARK_SUBMIT_OPTS", "-Dx='unclosed", "SPARK_SUBMIT_OPTS does not read as JVM options")]:
+        refusal = jvm_cache.options_refusal({**fine, where: value})
+        assert refusal is not None and said in refusal, (value, refusal)
+
+
+def test_the_key_holds_the_users_jvm_options_but_not_their_system_properties(tmp_path, spark_home) -> None:
+    env = _env(tmp_path)
+    key = jvm_cache.fingerprint(env, spark_home, jvm_cache.key_options("-XX:TieredStopAtLevel=1"))
+    assert key == jvm_cache.fingerprint(env, spark_home, "-XX:TieredStopAtLevel=1")  # as before
+    per_run = jvm_cache.key_options("-XX:TieredStopAtLevel=1", "-Dport=4041 -Dproxy='a b'", "-Dx=2")
+    assert jvm_cache.fingerprint(env, spark_home, per_run) == key
+    assert jvm_cache.fingerprint(env, spark_home, jvm_cache.key_options("-XX:TieredStopAtLevel=1", "-Xmx64g")) != key
 
 
 def test_an_archive_unused_for_a_month_is_removed_when_another_is_written(tmp_path, spark_home) -> None:
@@ -495,6 +556,7 @@ def test_publish_takes_a_sound_archive_and_refuses_a_truncated_one(tmp_path: Pat
     order = _order(tmp_path, command, writing)
     assert jvm_cache.publish(order) is False
     assert not (tmp_path / "spark-key.jsa").exists()  # a JVM mapping it would crash
+    assert jvm_cache.refusals(tmp_path / "spark-key.jsa") == 1  # counted: not tried forever
     assert not writing.exists() and not (tmp_path / "spark-key.lock").exists()
     assert not list(tmp_path.glob("hs_err*")) and not list(Path.cwd().glob("hs_err*"))
 

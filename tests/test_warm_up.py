@@ -34,7 +34,7 @@ args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInp
 print(json.dumps({"shuffle": spark.conf.get("spark.sql.shuffle.partitions"), "args": args,
                   "mapped": [a for a in set(open(f"/proc/{pid}/maps").read().split()) if a.endswith(".jsa")],
                   "class_path": jvm.java.lang.System.getProperty("java.class.path").split(os.pathsep),
-                  "env": [os.environ.get("SPARK_CONF_DIR"), os.environ.get("PYSPARK_SUBMIT_ARGS")]}))
+                  "env": [os.environ.get(v) for v in ("SPARK_CONF_DIR", "PYSPARK_SUBMIT_ARGS", "SPARK_SUBMIT_OPTS")]}))
 spark.stop()
 """
 
@@ -45,14 +45,17 @@ def test_warm_up_leaves_the_archive_in_place_and_the_next_run_maps_it(tmp_path: 
     common one, which spark-class puts on the JVM's class path where the JVM refuses a
     directory with files: the file is handed over as a properties file, and its settings
     still apply (a Spark setting, the driver's memory and options, which spark-class's
-    launcher reads); the user's own driver options leave the JVM quiet."""
+    launcher reads); the user's own driver options leave the JVM quiet; and beside their own
+    SPARK_SUBMIT_OPTS, whose system properties may change from run to run (a proxy): the
+    archive is keyed without them."""
     conf = tmp_path / "spark-conf"
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions 7\n"  # read by spark-submit
                                               "spark.driver.memory 3g\n"  # and by its launcher
                                               "spark.driver.extraJavaOptions -Dmine=1\n")  # still quiet
     (conf / "spark-env.sh.template").write_text("# as Spark ships it\n")
-    env = _clean_env(tmp_path, SPARK_CONF_DIR=str(conf))
+    # a proxy in the user's own JVM options, set anew for each run: one archive serves them all
+    env = _clean_env(tmp_path, SPARK_CONF_DIR=str(conf), SPARK_SUBMIT_OPTS="-Dhttps.proxyHost=a.example")
     cache = tmp_path / "cache"
     first = _warm_up(tmp_path, env)
     assert first.returncode == 0, first.stderr[-2000:]
@@ -68,6 +71,7 @@ def test_warm_up_leaves_the_archive_in_place_and_the_next_run_maps_it(tmp_path: 
     # another PATH (a scheduler's) finds the same java: the same archive, mapped, the
     # user's settings in force and their variables left as they were
     env["PATH"] = f"{tmp_path / 'no-such-dir'}{os.pathsep}{env['PATH']}"
+    env["SPARK_SUBMIT_OPTS"] = "-Dhttps.proxyHost=b.example"
     probe = subprocess.run([sys.executable, "-c", _PROBE], cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=300)
     assert probe.returncode == 0, probe.stderr[-2000:]
@@ -75,7 +79,8 @@ def test_warm_up_leaves_the_archive_in_place_and_the_next_run_maps_it(tmp_path: 
     assert str(archives[0]) in got["mapped"] and f"-XX:SharedArchiveFile={archives[0]}" in got["args"]
     assert got["shuffle"] == "7" and "-Xmx3g" in got["args"] and "-Dmine=1" in got["args"]
     assert str(conf) not in {p.rstrip("/") for p in got["class_path"]}
-    assert got["env"] == [str(conf), None]
+    assert "-Dhttps.proxyHost=b.example" in got["args"]
+    assert got["env"] == [str(conf), None, "-Dhttps.proxyHost=b.example"]
 
     second = _warm_up(tmp_path, env)
     assert second.returncode == 0, second.stderr[-2000:]
@@ -85,7 +90,8 @@ def test_warm_up_leaves_the_archive_in_place_and_the_next_run_maps_it(tmp_path: 
 
 @pytest.mark.parametrize("setting, said", [
     ({"OFFSETLAKE_JVM_CACHE": "off"}, "OFFSETLAKE_JVM_CACHE is off"),
-    ({"SPARK_SUBMIT_OPTS": "-Dmine=1"}, "SPARK_SUBMIT_OPTS is set"),
+    ({"SPARK_SUBMIT_OPTS": "-Dmine=1 -javaagent:/opt/agent.jar"}, "-javaagent:/opt/agent.jar in SPARK_SUBMIT_OPTS"),
+    ({"JAVA_TOOL_OPTIONS": "-Xlog:gc"}, "-Xlog in JAVA_TOOL_OPTIONS"),
     ({"OFFSETLAKE_SPARK_MASTER": "spark://127.0.0.1:7077"}, "offsetlake does not launch this JVM"),
     ({"SPARK_CONF_DIR": "CONF"}, "is a directory with files on the JVM's class path before Spark's jars"),
 ])

@@ -171,6 +171,7 @@ def cmd_warm_up(args: argparse.Namespace) -> int:
     if not writable:
         raise UserError(f"no class archive can be written: {directory} cannot be written here (set "
                         f"{jvm_cache.CACHE_ENV} to a directory that can)")
+    jvm_cache.forget_refusals(directory)  # asked to write one now: every key is tried again
     before = len(jvm_cache.planned())
     _ingest_a_little(args)
     plans = jvm_cache.planned()[before:]
@@ -219,7 +220,7 @@ def add_warm_up_parser(sub: argparse._SubParsersAction) -> None:
                                    "in place (~150 MB under ~/.cache/offsetlake/jvm or "
                                    "OFFSETLAKE_JVM_CACHE). Run it as the scheduled runs run: the same "
                                    "user, Java, Spark and conf dirs. Exits 2, saying why, where no "
-                                   "archive can serve (a non-local master, SPARK_SUBMIT_OPTS, a Spark "
-                                   "conf dir with more than spark-defaults.conf, "
+                                   "archive can serve (a non-local master, a Java agent or class-sharing "
+                                   "option of yours, a Spark conf dir with more than spark-defaults.conf, "
                                    "OFFSETLAKE_JVM_CACHE=off).")
     p.set_defaults(func=cmd_warm_up)
