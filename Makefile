@@ -23,7 +23,7 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 2 ] && n=2;
 
 test: $(STAMP)  ## the suite CI runs (tests needing ../shared skip with a reason when it is absent)
 	$(BIN)/ruff check pipelines jobs tests benchmarks airflow_dags
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 lint: $(STAMP)
 	$(BIN)/ruff check pipelines jobs tests benchmarks airflow_dags
