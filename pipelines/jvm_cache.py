@@ -28,7 +28,8 @@ written by the first run that finds none and published the same way: 0.05 s then
 Never used for a JVM the user started (spark-submit) or gave an option that keeps the JVM
 from mapping one (:func:`options_refusal`; their other options are keyed, :func:`key_options`),
 nor when a directory with files is on the JVM's class path before Spark's jars (a
-``SPARK_CONF_DIR`` holding more than a ``spark-defaults.conf``: :func:`conf_dir_handover`): the
+``SPARK_CONF_DIR`` holding more than a ``spark-defaults.conf`` and a log4j2 file:
+:func:`conf_dir_handover`): the
 JVM cannot archive such a class path (:func:`class_path_directories`).
 """
 
@@ -159,10 +160,11 @@ def options_refusal(options: Mapping[str, str]) -> str | None:
 
 
 def key_options(*options: str) -> str:
-    """JVM options as an archive's key holds them: without system properties (``-D``), which
-    change nothing the JVM maps, so that one set anew for each run (a port, a path) does not
-    make each run write an archive of its own (~150 MB, ~20 s of CPU)."""
-    return shlex.join(t for value in options for t in shlex.split(value) if not t.startswith("-D"))
+    """JVM options as an archive's key holds them: without system properties (``-D``) and log
+    settings (``-Xlog``), which change nothing the JVM maps, so that one set anew for each run
+    (a port, a log file's path) does not make each run write an archive of its own (~150 MB,
+    ~20 s of CPU)."""
+    return shlex.join(t for value in options for t in shlex.split(value) if not t.startswith(("-D", "-Xlog")))
 
 
 def fingerprint(env: Mapping[str, str], spark_home: Path, extra: str = "") -> str | None:
@@ -219,32 +221,44 @@ def why_not(env: Mapping[str, str], spark_home: Path, extra_class_path: str = ""
     return None
 
 
-#: the one file a Spark conf dir may hold, beside Spark's templates, for :func:`conf_dir_handover`
+#: the files a Spark conf dir may hold, beside Spark's templates, for :func:`conf_dir_handover`:
+#: the defaults file and one log4j2 file
 _DEFAULTS = "spark-defaults.conf"
+_LOG4J2 = ("log4j2.properties", "log4j2.xml")
 
 
-def conf_dir_handover(env: Mapping[str, str], spark_home: Path) -> dict[str, str]:
+def conf_dir_handover(env: Mapping[str, str], spark_home: Path, jvm_options: str = "") -> dict[str, str]:
     """Launch variables that keep the archive beside a Spark conf dir holding only a
-    ``spark-defaults.conf`` and Spark's ``*.template`` files (or only those, as a Spark
-    distribution ships it): the file handed to spark-submit as ``--properties-file`` and an
-    empty conf dir of ours in its place ({} where that would not be the same launch).
+    ``spark-defaults.conf``, a ``log4j2.properties`` (or ``.xml``) and Spark's ``*.template``
+    files (or only those, as a Spark distribution ships it): the defaults file handed to
+    spark-submit as ``--properties-file``, the log4j2 file as ``-Dlog4j2.configurationFile``
+    in ``SPARK_SUBMIT_OPTS``, and
+    an empty conf dir of ours in its place ({} where that would not be the same launch).
 
     Why: spark-class puts the conf dir on the JVM's class path before Spark's jars, where the
     JVM refuses a directory with files, so the common conf dir with one defaults file cost
     every local run its archive (the real workload 10.1-12.7 s against 5.4-5.9 s). Spark
     reads that file only by its path (the launcher for the driver's memory, options and class
     path; spark-submit for the settings), and reads a ``--properties-file`` the same way
-    instead of it; nothing loads it from the class path. A conf dir holding anything else
-    (``spark-env.sh``, ``log4j2.properties``, Hadoop's or Hive's files) stays as it is, and so
-    does a launch given its own ``--properties-file`` or ``--load-spark-defaults``."""
+    instead of it. log4j2 looks for its file on the class path only when no
+    ``log4j2.configurationFile`` is given, so the same file given by its path is the same
+    configuration (not where the user names one: ``jvm_options``, all of their own, or
+    ``LOG4J_CONFIGURATION_FILE``; which of two names wins is log4j2's to say). A conf dir holding
+    anything else (``spark-env.sh``, which spark-class sources, Hadoop's, Hive's or the
+    metrics' files, read from the class path) stays as it is, and so does a launch given its
+    own ``--properties-file`` or ``--load-spark-defaults``."""
     conf = Path(env.get("SPARK_CONF_DIR") or spark_home / "conf")
     cache = cache_dir(env)
     try:
         names = [p.name for p in conf.iterdir()] if conf.is_dir() else []
     except OSError:
         return {}
-    if cache is None or not names or any(n != _DEFAULTS and not n.endswith(".template") for n in names) \
-            or (_DEFAULTS in names and not (conf / _DEFAULTS).is_file()):
+    log4j2 = [n for n in names if n in _LOG4J2]
+    named = "log4j.configurationFile=" in jvm_options or "log4j2.configurationFile=" in jvm_options \
+        or bool(env.get("LOG4J_CONFIGURATION_FILE"))
+    if cache is None or not names or len(log4j2) > 1 or (log4j2 and named) \
+            or any(n not in (_DEFAULTS, *_LOG4J2) and not n.endswith(".template") for n in names) \
+            or any(not (conf / n).is_file() for n in names if not n.endswith(".template")):
         return {}
     args = shlex.split(env.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
     if _DEFAULTS in names and any(a.split("=")[0] in ("--properties-file", "--load-spark-defaults")
@@ -257,10 +271,12 @@ def conf_dir_handover(env: Mapping[str, str], spark_home: Path) -> dict[str, str
             return {}
     except OSError:
         return {}
-    if _DEFAULTS not in names:  # Spark's templates only, as a distribution ships its conf dir
-        return {"SPARK_CONF_DIR": str(empty)}
-    return {"SPARK_CONF_DIR": str(empty),
-            "PYSPARK_SUBMIT_ARGS": shlex.join(["--properties-file", str(conf / _DEFAULTS), *args])}
+    handover = {"SPARK_CONF_DIR": str(empty)}
+    if _DEFAULTS in names:
+        handover["PYSPARK_SUBMIT_ARGS"] = shlex.join(["--properties-file", str(conf / _DEFAULTS), *args])
+    if log4j2:
+        handover["SPARK_SUBMIT_OPTS"] = f"-Dlog4j2.configurationFile={shlex.quote(str(conf / log4j2[0]))}"
+    return handover
 
 
 #: the archives this process planned (:func:`planned`)

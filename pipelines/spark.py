@@ -282,10 +282,11 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
         os.environ.update(spark_python.launcher_env(_spark_home(os.environ)))  # what it runs
     launch_env: dict[str, str] = {}  # only for the spark-submit that launches the JVM
     if ours:
-        launch_env["SPARK_SUBMIT_OPTS"] = " ".join(  # the user's options last: a -Xlog of theirs
-            [*([archive.java_options] if archive else []), settings.submit_opts])  # after our -Xlog:disable
-        if archive:  # only for the archive's sake
-            launch_env.update(handover)
+        handed = handover if archive else {}  # only for the archive's sake
+        launch_env.update(handed)
+        # the user's options last: a -Xlog of theirs comes after the archive's -Xlog:disable
+        launch_env["SPARK_SUBMIT_OPTS"] = " ".join(o for o in (
+            archive.java_options if archive else "", handed.get("SPARK_SUBMIT_OPTS", ""), settings.submit_opts) if o)
         if archive and archive.launcher:
             launch_env["SPARK_LAUNCHER_OPTS"] = archive.launcher.options
         if own_workers:
@@ -339,7 +340,7 @@ def _archive_launch(settings: SessionSettings, user_conf: Mapping[str, str],
     refusal = jvm_cache.options_refusal(_users_jvm_options(user_conf, env))
     if refusal:
         return refusal, {}
-    handover = jvm_cache.conf_dir_handover(env, _spark_home(env))
+    handover = jvm_cache.conf_dir_handover(env, _spark_home(env), " ".join(_users_jvm_options(user_conf, env).values()))
     launched = {**env, **handover}  # what the JVM will see
     return jvm_cache.why_not(launched, _spark_home(launched),
                              user_conf.get("spark.driver.extraClassPath", "")), handover

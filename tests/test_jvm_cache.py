@@ -273,11 +273,11 @@ def test_the_users_jvm_options_that_keep_an_archive_off() -> None:
         assert refusal is not None and said in refusal, (value, refusal)
 
 
-def test_the_key_holds_the_users_jvm_options_but_not_their_system_properties(tmp_path, spark_home) -> None:
+def test_the_key_holds_the_users_jvm_options_but_not_their_properties_or_logs(tmp_path, spark_home) -> None:
     env = _env(tmp_path)
     key = jvm_cache.fingerprint(env, spark_home, jvm_cache.key_options("-XX:TieredStopAtLevel=1"))
     assert key == jvm_cache.fingerprint(env, spark_home, "-XX:TieredStopAtLevel=1")  # as before
-    per_run = jvm_cache.key_options("-XX:TieredStopAtLevel=1", "-Dport=4041 -Dproxy='a b'", "-Dx=2")
+    per_run = jvm_cache.key_options("-XX:TieredStopAtLevel=1", "-Dport=4041 -Dproxy='a b'", "-Xlog:gc:file=/l/1")
     assert jvm_cache.fingerprint(env, spark_home, per_run) == key
     assert jvm_cache.fingerprint(env, spark_home, jvm_cache.key_options("-XX:TieredStopAtLevel=1", "-Xmx64g")) != key
 

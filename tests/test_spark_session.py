@@ -201,6 +201,7 @@ def test_real_local_jvm_gets_the_short_job_options_and_the_users_win(
     run_env.update(env)
     run_env["PYSPARK_SUBMIT_ARGS"] = ("--conf spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=4 "
                                       "pyspark-shell")
+    run_env["OFFSETLAKE_JVM_CACHE"] = "off"  # else this JVM writes an archive for its options at exit
     out = subprocess.run([sys.executable, "-c", _JVM_ARGS_PROBE], cwd=tmp_path, env=run_env,
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -304,8 +305,9 @@ def test_the_same_interpreter_by_another_name_beside_it_is_ours(tmp_path: Path, 
 
 def test_a_conf_dir_with_only_spark_defaults_is_handed_over_as_a_properties_file(
         env: dict[str, str], tmp_path: Path) -> None:
-    """Only where the launch stays the same: the defaults file (read by path only) beside
-    Spark's templates; never a conf dir holding what Spark reads from the class path or
+    """Only where the launch stays the same: the defaults file (read by path only) and a log4j2
+    file (read from the class path only when none is given) beside Spark's templates; never
+    a conf dir holding what Spark reads from the class path or
     sources, never beside the user's own properties file or an agent of theirs, never for a JVM
     offsetlake does not launch. (A real JVM with it: tests/test_warm_up.py.)"""
     from pipelines.spark import _archive_launch
@@ -334,9 +336,20 @@ def test_a_conf_dir_with_only_spark_defaults_is_handed_over_as_a_properties_file
     assert _conf_dir_handover(local, {**env, "OFFSETLAKE_JVM_CACHE": "off"}) == {}
     cluster = session_settings({"spark.master": "spark://10.0.0.5:7077"}, env=env)
     assert _conf_dir_handover(cluster, env) == {}
-    for other in ("log4j2.properties", "spark-env.sh", "hive-site.xml"):
-        (conf / other).write_text("x\n")
+    for other in ("spark-env.sh", "hive-site.xml", "metrics.properties", "log4j2-test.properties"):
+        (conf / other).write_text("x\n")  # sourced by spark-class, or read from the class path
         assert _conf_dir_handover(local, env) == {}
         (conf / other).unlink()
+    (conf / "log4j2.properties").write_text("rootLogger.level = warn\n")  # given by its path
+    assert _conf_dir_handover(local, env) == {
+        "SPARK_CONF_DIR": empty, "PYSPARK_SUBMIT_ARGS": f"--properties-file {conf / 'spark-defaults.conf'} pyspark-shell",
+        "SPARK_SUBMIT_OPTS": f"-Dlog4j2.configurationFile={conf / 'log4j2.properties'}"}
+    for named in ({"SPARK_SUBMIT_OPTS": "-Dlog4j.configurationFile=/etc/mine.xml"},
+                  {"JAVA_TOOL_OPTIONS": "-Dlog4j2.configurationFile=/etc/mine.xml"},
+                  {"LOG4J_CONFIGURATION_FILE": "/etc/mine.xml"}):  # the user names one: theirs
+        assert _conf_dir_handover(local, {**env, **named}) == {}
+    assert _archive_launch(local, {"spark.driver.extraJavaOptions": "-Dlog4j.configurationFile=/x"}, env)[1] == {}
+    (conf / "log4j2.xml").write_text("<Configuration/>\n")
+    assert _conf_dir_handover(local, env) == {}  # two: the class path's order decides
     (Path(empty) / "left-by-someone").write_text("")
     assert _conf_dir_handover(local, env) == {}  # ours must be empty to stand for theirs

@@ -34,6 +34,7 @@ args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInp
 print(json.dumps({"shuffle": spark.conf.get("spark.sql.shuffle.partitions"), "args": args,
                   "mapped": [a for a in set(open(f"/proc/{pid}/maps").read().split()) if a.endswith(".jsa")],
                   "class_path": jvm.java.lang.System.getProperty("java.class.path").split(os.pathsep),
+                  "log4j2": jvm.org.apache.logging.log4j.LogManager.getContext(False).getConfiguration().getName(),
                   "env": [os.environ.get(v) for v in ("SPARK_CONF_DIR", "PYSPARK_SUBMIT_ARGS", "SPARK_SUBMIT_OPTS")]}))
 spark.stop()
 """
@@ -41,10 +42,10 @@ spark.stop()
 
 @pytest.mark.slow
 def test_warm_up_leaves_the_archive_in_place_and_the_next_run_maps_it(tmp_path: Path) -> None:
-    """Also beside a Spark conf dir holding only a spark-defaults.conf (and a template), the
-    common one, which spark-class puts on the JVM's class path where the JVM refuses a
-    directory with files: the file is handed over as a properties file, and its settings
-    still apply (a Spark setting, the driver's memory and options, which spark-class's
+    """Also beside a Spark conf dir holding only a spark-defaults.conf, a log4j2.properties
+    (and a template), the common one, which spark-class puts on the JVM's class path where
+    the JVM refuses a directory with files: the defaults file is handed over as a properties
+    file and the log4j2 file by its path, and their settings still apply (a Spark setting, the driver's memory and options, which spark-class's
     launcher reads); the user's own driver options leave the JVM quiet; and beside their own
     SPARK_SUBMIT_OPTS, whose system properties may change from run to run (a proxy): the
     archive is keyed without them."""
@@ -54,6 +55,10 @@ def test_warm_up_leaves_the_archive_in_place_and_the_next_run_maps_it(tmp_path: 
                                               "spark.driver.memory 3g\n"  # and by its launcher
                                               "spark.driver.extraJavaOptions -Dmine=1\n")  # still quiet
     (conf / "spark-env.sh.template").write_text("# as Spark ships it\n")
+    (conf / "log4j2.properties").write_text(  # Spark's warnings to a file of the user's: stderr stays empty
+        "name = users-log4j2\nappender.file.type = File\nappender.file.name = file\n"
+        f"appender.file.fileName = {tmp_path / 'spark.log'}\nappender.file.layout.type = PatternLayout\n"
+        "rootLogger.level = warn\nrootLogger.appenderRef.file.ref = file\n")
     # a proxy in the user's own JVM options, set anew for each run: one archive serves them all
     env = _clean_env(tmp_path, SPARK_CONF_DIR=str(conf), SPARK_SUBMIT_OPTS="-Dhttps.proxyHost=a.example")
     cache = tmp_path / "cache"
@@ -71,7 +76,7 @@ def test_warm_up_leaves_the_archive_in_place_and_the_next_run_maps_it(tmp_path: 
     # another PATH (a scheduler's) finds the same java: the same archive, mapped, the
     # user's settings in force and their variables left as they were
     env["PATH"] = f"{tmp_path / 'no-such-dir'}{os.pathsep}{env['PATH']}"
-    env["SPARK_SUBMIT_OPTS"] = "-Dhttps.proxyHost=b.example"
+    env["SPARK_SUBMIT_OPTS"] = f"-Dhttps.proxyHost=b.example -Xlog:gc:file={tmp_path / 'gc.log'}"
     probe = subprocess.run([sys.executable, "-c", _PROBE], cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=300)
     assert probe.returncode == 0, probe.stderr[-2000:]
@@ -79,8 +84,12 @@ def test_warm_up_leaves_the_archive_in_place_and_the_next_run_maps_it(tmp_path: 
     assert str(archives[0]) in got["mapped"] and f"-XX:SharedArchiveFile={archives[0]}" in got["args"]
     assert got["shuffle"] == "7" and "-Xmx3g" in got["args"] and "-Dmine=1" in got["args"]
     assert str(conf) not in {p.rstrip("/") for p in got["class_path"]}
-    assert "-Dhttps.proxyHost=b.example" in got["args"]
-    assert got["env"] == [str(conf), None, "-Dhttps.proxyHost=b.example"]
+    args = got["args"]  # theirs after the archive's log settings: their GC log is written
+    assert args.index("-Dhttps.proxyHost=b.example") > args.index(f"-XX:SharedArchiveFile={archives[0]}")
+    assert "Using " in (tmp_path / "gc.log").read_text()
+    assert got["log4j2"] == "users-log4j2"  # the user's log4j2 file in force, given by its path
+    assert "native-hadoop" in (tmp_path / "spark.log").read_text()  # its warnings where it sends them
+    assert got["env"] == [str(conf), None, env["SPARK_SUBMIT_OPTS"]]
 
     second = _warm_up(tmp_path, env)
     assert second.returncode == 0, second.stderr[-2000:]
@@ -100,7 +109,7 @@ def test_warm_up_says_why_no_archive_can_serve(tmp_path: Path, setting: dict[str
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
-    (conf / "log4j2.properties").write_text("rootLogger.level = warn\n")  # read from the class path
+    (conf / "hive-site.xml").write_text("<configuration/>\n")  # read from the class path
     env = _clean_env(tmp_path, **{k: v.replace("CONF", str(conf)) for k, v in setting.items()})
     out = _warm_up(tmp_path, env)
     assert out.returncode == 2 and out.stdout == ""

@@ -221,6 +221,6 @@ def add_warm_up_parser(sub: argparse._SubParsersAction) -> None:
                                    "OFFSETLAKE_JVM_CACHE). Run it as the scheduled runs run: the same "
                                    "user, Java, Spark and conf dirs. Exits 2, saying why, where no "
                                    "archive can serve (a non-local master, a Java agent or class-sharing "
-                                   "option of yours, a Spark conf dir with more than spark-defaults.conf, "
-                                   "OFFSETLAKE_JVM_CACHE=off).")
+                                   "option of yours, a Spark conf dir with more than spark-defaults.conf "
+                                   "and a log4j2 file, OFFSETLAKE_JVM_CACHE=off).")
     p.set_defaults(func=cmd_warm_up)
