@@ -256,11 +256,20 @@ def _run_child(request: dict, streams: list[int], sockets: list[socket.socket], 
         os._exit(code)
 
 
+_interrupted = False  # set by the first SIGINT this child takes
+
+
 def _interrupt_once(signum: int, frame) -> None:
     """SIGINT as in a fresh interpreter (a KeyboardInterrupt), once. A terminal's Ctrl-C
     reaches a child twice: from the terminal (the whole process group) and forwarded by its
     client. The second, landing while the first unwinds the child, printed a traceback of
-    its own beside the CLI's "interrupted" (one run in three)."""
+    its own beside the CLI's "interrupted" (one run in three). The flag, set before any call:
+    the second can also land while this handler runs, inside its ``signal.signal`` call
+    (then the handler runs again within itself; seen once in CI's many runs)."""
+    global _interrupted
+    if _interrupted:
+        return
+    _interrupted = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.default_int_handler(signum, frame)
 
