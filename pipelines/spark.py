@@ -74,6 +74,8 @@ class SessionSettings:
     log_level: str | None = None
     #: SPARK_SUBMIT_OPTS for the local JVM this process launches (None: it launches none)
     submit_opts: str | None = None
+    #: whether the master is a local one (executors on this host)
+    local: bool = True
 
 
 def is_local_master(master: str | None) -> bool:
@@ -200,7 +202,7 @@ def session_settings(user_conf: Mapping[str, str], *, master: str | None = None,
     if local and not jvm_running:  # the user's own options come after ours: theirs win
         submit_opts = " ".join(o for o in (LOCAL_JVM_OPTIONS, env.get("SPARK_SUBMIT_OPTS", "").strip()) if o)
     return SessionSettings(master=chosen if chosen != user_conf.get("spark.master") else None,
-                           conf=conf, log_level=log_level, submit_opts=submit_opts)
+                           conf=conf, log_level=log_level, submit_opts=submit_opts, local=local)
 
 
 def user_spark_conf(env: Mapping[str, str] | None = None) -> tuple[dict[str, str], bool]:
@@ -216,8 +218,10 @@ def user_spark_conf(env: Mapping[str, str] | None = None) -> tuple[dict[str, str
     active = SparkContext._active_spark_context
     if active is not None:
         return dict(active.getConf().getAll()), True
-    if "PYSPARK_GATEWAY_PORT" in env:
-        return dict(SparkConf().getAll()), True  # loads the JVM's spark.* system properties
+    if "PYSPARK_GATEWAY_PORT" in env:  # spark-submit's JVM: its --conf are system properties
+        # connected first: without the JVM, SparkConf() is empty, and every --conf counted unset
+        SparkContext._ensure_initialized()
+        return dict(SparkConf().getAll()), True
     return submit_conf(env), False
 
 
@@ -251,8 +255,7 @@ def spark_session(app_name: str = "offsetlake", master: str | None = None, delta
 def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_conf: dict[str, str] | None,
                    own_workers: bool, deferral: ctrl_c.Deferral):
     python_chosen = tuple(os.environ.get(variable) for variable in PYTHON_VARIABLES)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)  # its processes run on this host
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
@@ -264,8 +267,10 @@ def _spark_session(app_name: str, master: str | None, delta_spark: bool, extra_c
     user_conf, jvm_running = user_spark_conf()
     settings = session_settings(user_conf, master=master, jvm_running=jvm_running,
                                 delta_spark=delta_spark, extra_conf=extra_conf)
-    options = {"spark.app.name": app_name, **({"spark.master": settings.master} if settings.master else {}),
-               **settings.conf}
+    if settings.local:  # a cluster's executors run its own Python: "python3" unless the user says
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    options = {**({} if "spark.app.name" in user_conf else {"spark.app.name": app_name}),  # --name stands
+               **({"spark.master": settings.master} if settings.master else {}), **settings.conf}
     ours = bool(settings.submit_opts)  # a local JVM this process launches
     refusal, handover = _archive_launch(settings, user_conf, os.environ)
     archive_env = {**os.environ, **handover}

@@ -113,15 +113,24 @@ def pythonless_jars(spark_home: str | os.PathLike[str]) -> list[str]:
     return [os.path.join(jars, n) for n in names if not holds_python(os.path.join(jars, n))]
 
 
+def spark_zips(spark_home: str | os.PathLike[str]) -> list[str]:
+    """Spark's source zips under ``spark_home`` (``python/lib``), which its Python processes
+    have first on their path."""
+    lib = os.path.join(os.fspath(spark_home), "python", "lib")
+    try:
+        return sorted(os.path.join(lib, n) for n in os.listdir(lib) if n.endswith(".zip"))
+    except OSError:  # no such directory here
+        return []
+
+
 def launcher_env(spark_home: str | os.PathLike[str], path: list[str] | None = None) -> dict[str, str]:
     """What the launcher needs in the environment of the JVM that starts it: the interpreter
     to run, Spark's zips under ``spark_home`` that hold a package installed on ``path``
     (``sys.path`` by default) at the same version, and its core jar if it holds no Python.
     Each is listed as found and resolved (pyspark gives the JVM a ``SPARK_HOME`` with links
     resolved): the launcher compares strings."""
-    lib = os.path.join(os.fspath(spark_home), "python", "lib")
-    zips = sorted(os.path.join(lib, n) for n in os.listdir(lib)) if os.path.isdir(lib) else []
-    found = [*redundant_zips([*zips, *(sys.path if path is None else path)]), *pythonless_jars(spark_home)]
+    found = [*redundant_zips([*spark_zips(spark_home), *(sys.path if path is None else path)]),
+             *pythonless_jars(spark_home)]
     drop = list(dict.fromkeys(p for z in found for p in (z, os.path.realpath(z))))
     return {"OFFSETLAKE_SPARK_PYTHON": sys.executable, "OFFSETLAKE_SPARK_PYTHON_DROP": os.pathsep.join(drop)}
 
@@ -172,9 +181,7 @@ class WorkerPythonProbe:
     def __init__(self, python: str, spark_home: str | os.PathLike[str], env: Mapping[str, str],
                  py_files: list[str] | None = None) -> None:
         self.python = python
-        lib = os.path.join(os.fspath(spark_home), "python", "lib")
-        zips = sorted(os.path.join(lib, n) for n in os.listdir(lib) if n.endswith(".zip")) \
-            if os.path.isdir(lib) else []
+        zips = spark_zips(spark_home)
         shipped = [os.path.abspath(p.removeprefix("file:")) for p in py_files or ()]  # --py-files
         path = os.pathsep.join([*shipped, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
         self.failure: str | None = None

@@ -67,13 +67,24 @@ def _master_state(ui: str) -> dict:
         return json.loads(answer.read())
 
 
+#: set in the environment of the cluster's own ``python3`` (see :func:`cluster`)
+NODE_PYTHON_MARK = "CLUSTER_NODE_PYTHON"
+
+
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    """A standalone master and one worker (2 cores, 2 GB), torn down even when a test fails."""
+def cluster(tmp_path_factory, bare_python: Path) -> Iterator[Cluster]:
+    """A standalone master and one worker (2 cores, 2 GB), torn down even when a test fails.
+
+    The worker's ``PATH`` has a ``python3`` of its own, as a cluster's nodes do: ``bare_python``
+    run with ``NODE_PYTHON_MARK`` set, so that a task can tell it ran the node's Python."""
     home = spark_home()
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no Java runtime: Spark's master and worker need one (.ci/run installs it)")
     root = tmp_path_factory.mktemp("spark-cluster")
+    node_bin = root / "node-bin"
+    node_bin.mkdir()
+    (node_bin / "python3").write_text(f'#!/bin/sh\n{NODE_PYTHON_MARK}=yes exec "{bare_python}" "$@"\n')
+    (node_bin / "python3").chmod(0o755)
     conf_dir = root / "conf"  # no spark-defaults.conf / log4j2 from the machine
     conf_dir.mkdir()
     work_dir = root / "worker-work"
@@ -98,7 +109,7 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
                 [home / "bin" / "spark-class", "org.apache.spark.deploy.worker.Worker", master_url,
                  "--host", "127.0.0.1", "--port", str(free_port()), "--webui-port", str(free_port()),
                  "--cores", "2", "--memory", "2g", "--work-dir", str(work_dir)],
-                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+                env={**env, "PATH": f"{node_bin}{os.pathsep}{env['PATH']}"}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
         deadline = time.monotonic() + 120
         while True:
             for proc, name in zip(procs, ("master", "worker"), strict=True):
@@ -185,3 +196,54 @@ def test_golden_scenario_a_through_the_cluster(cluster: Cluster, bare_python: Pa
     # ... where spark-submit shipped the wheel: the executors' only source of `pipelines`.
     assert [p.name for p in app_dirs[0].glob("*/*.whl")] == [wheel.wheel.name]
     print(f"scenario-a through the standalone cluster: {time.monotonic() - began:.1f} s")
+
+
+NODE_PYTHON_JOB = """
+import json, sys
+from pipelines.spark import spark_session
+
+def where(batches):
+    import os, sys
+    import pyarrow as pa
+    for _ in batches:
+        yield pa.RecordBatch.from_pylist([{"python": sys.executable, "node": os.environ.get("NODE_PYTHON_MARK", "")}])
+
+spark = spark_session("offsetlake-node-python")
+rows = spark.range(2, numPartitions=2).mapInArrow(where, "python string, node string").collect()
+conf = spark.sparkContext.getConf()
+print(json.dumps({"driver": sys.executable, "executors": [r.asDict() for r in rows],
+                  "name": spark.sparkContext.appName,
+                  "conf": {k: conf.get(k) for k in ("spark.sql.shuffle.partitions", "spark.ui.enabled",
+                                                    "spark.driver.maxResultSize")}}))
+spark.stop()
+""".replace("NODE_PYTHON_MARK", NODE_PYTHON_MARK)
+
+
+def test_executors_run_the_clusters_python_unless_told(cluster: Cluster, bare_python: Path,
+                                                        wheel: WheelInstall, tmp_path: Path) -> None:
+    """spark-submit to a cluster with no ``spark.pyspark.python``: the executors run the
+    nodes' ``python3``, as Spark's default is, not the path of the driver's interpreter (a
+    path of the machine that launched the job: an Airflow worker's virtualenv, say). The
+    job's name and settings are spark-submit's, and no laptop default is added."""
+    job = tmp_path / "node_python_job.py"
+    job.write_text(NODE_PYTHON_JOB)
+    home = Path(cluster.env["SPARK_HOME"])
+    cmd = [home / "bin" / "spark-submit", "--master", cluster.master_url, "--py-files", wheel.wheel,
+           "--name", "users-name", "--conf", "spark.sql.shuffle.partitions=7",
+           "--conf", f"spark.pyspark.driver.python={wheel.python}",
+           "--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2",
+           "--conf", "spark.ui.enabled=false", job]
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=tmp_path, env=clean_env(**cluster.env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        _stop_group(proc)
+    assert proc.returncode == 0, stderr[-6000:]
+    answer = json.loads(stdout[stdout.index("{"):])
+    assert answer["driver"] == str(wheel.python)
+    assert answer["executors"] == [{"python": str(bare_python), "node": "yes"}] * 2
+    assert answer["name"] == "users-name"
+    assert answer["conf"] == {"spark.sql.shuffle.partitions": "7", "spark.ui.enabled": "false",
+                              "spark.driver.maxResultSize": None}

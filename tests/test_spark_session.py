@@ -178,6 +178,33 @@ def test_real_session_keeps_users_settings(env: dict[str, str], tmp_path: Path) 
                    "spark.sql.session.timeZone": "UTC"}
 
 
+@pytest.mark.slow
+def test_under_spark_submit_its_settings_stand(env: dict[str, str], tmp_path: Path) -> None:
+    """spark-submit started the JVM: its --conf, --name and spark-defaults.conf values survive,
+    and the laptop defaults fill only what it left unset. Before, the settings were read
+    before this process reached the JVM, found empty, and ours were set over the user's."""
+    Path(env["SPARK_CONF_DIR"], "spark-defaults.conf").write_text("spark.driver.maxResultSize 1g\n")
+    run_env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYSPARK_", "SPARK_", "OFFSETLAKE_SPARK"))}
+    run_env.update(env, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    job = tmp_path / "probe_job.py"
+    job.write_text(_PROBE + "\nprint(json.dumps({'name': spark.sparkContext.appName}))\n")
+    from pyspark.find_spark_home import _find_spark_home
+
+    submit = Path(_find_spark_home()) / "bin" / "spark-submit"
+    out = subprocess.run([str(submit), "--master", "local[1]", "--name", "users-name",
+                          "--conf", "spark.sql.shuffle.partitions=7", "--conf", "spark.ui.enabled=true",
+                          "--conf", "spark.sql.session.timeZone=Europe/Paris",
+                          "--conf", f"spark.pyspark.driver.python={sys.executable}", str(job)],
+                         cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got, name = (json.loads(line) for line in out.stdout.strip().splitlines()[-2:])
+    assert got == {"spark.sql.shuffle.partitions": "7", "spark.ui.enabled": "true",
+                   "spark.driver.maxResultSize": "1g", "spark.driver.memory": None,
+                   "spark.sql.session.timeZone": "Europe/Paris"}
+    assert name == {"name": "users-name"}
+
+
 _JVM_ARGS_PROBE = """
 import json, os
 from pipelines.spark import spark_session
