@@ -64,3 +64,51 @@ def test_unreachable_cluster_gives_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if "offsetlake snapshot" in line]
     assert len(lines) == 1 and "cannot reach" in lines[0] and "Traceback" not in done.stderr
+
+
+#: A failure as the CLI received it from Spark (a cluster master whose Python, Spark's default
+#: python3, had no offsetlake), cut to its first lines: Spark's exception, the traceback of
+#: its Python process inside, the JVM's query description after it.
+SPARK_WRAPPED_FAILURE = """[STREAM_FAILED] Query [id = 4611, runId = eb79] terminated with exception: \
+[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: Traceback (most recent call last):
+  File "/opt/spark/python/lib/pyspark.zip/pyspark/serializers.py", line 454, in loads
+    return cloudpickle.loads(obj, encoding=encoding)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+ModuleNotFoundError: No module named 'pipelines'
+ SQLSTATE: 38000 SQLSTATE: XXKST
+=== Streaming Query ===
+Identifier: offsetlake_ingest [id = 4611, runId = eb79]
+"""
+
+
+def test_a_failure_wrapping_a_python_traceback_names_its_cause(monkeypatch, capsys) -> None:
+    """The one line a failure prints ends with the Python exception inside Spark's message,
+    not with "Traceback (most recent call last):"."""
+    import pipelines.cli.decode as decode
+
+    class StreamingQueryException(Exception):
+        pass
+
+    def fail(args):
+        raise StreamingQueryException(SPARK_WRAPPED_FAILURE)
+
+    monkeypatch.setattr(decode, "cmd_decode", fail)
+    assert main(["decode", "x.log"]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "offsetlake decode: failed: StreamingQueryException: [STREAM_FAILED] Query [id = 4611, runId = eb79] "
+        "terminated with exception: [PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: "
+        "ModuleNotFoundError: No module named 'pipelines' (rerun with --log-level DEBUG for details)")
+
+
+def test_one_line_of_a_failure() -> None:
+    from pipelines.cli import one_line
+
+    assert one_line("") == ""
+    assert one_line("no route to host\nmore") == "no route to host"
+    task = ("An exception was thrown from the Python worker.\nTraceback (most recent call last):\n"
+            '  File "x.py", line 1, in f\n    g()\nValueError: bad record\n\tat org.apache.spark.X')
+    assert one_line(task) == "An exception was thrown from the Python worker. (ValueError: bad record)"
+    chained = ("failed: Traceback (most recent call last):\n  File \"a\"\nKeyError: 'a'\n\nDuring handling of "
+               "the above exception, another exception occurred:\n\nTraceback (most recent call last):\n"
+               "  File \"b\"\nRuntimeError: while handling")
+    assert one_line(chained) == "failed: RuntimeError: while handling"

@@ -66,10 +66,30 @@ def main(argv: Sequence[str] | None = None, standalone: bool = False) -> int:
             print(f"offsetlake {args.command}: error: {redaction.redact(reason)}", file=sys.stderr)
             return 2
         log.debug("failure", exc_info=True)
-        first = redaction.redact(str(exc).splitlines()[0] if str(exc) else "")
-        print(f"offsetlake {args.command}: failed: {type(exc).__name__}: {first}"
+        print(f"offsetlake {args.command}: failed: {type(exc).__name__}: {redaction.redact(one_line(str(exc)))}"
               " (rerun with --log-level DEBUG for details)", file=sys.stderr)
         return 1
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def one_line(message: str) -> str:
+    """A failure's message in one line: its first, with the exception a Python traceback in
+    it ends with. Spark wraps the failure of a Python process it ran (a data source that
+    would not load, a task) in its own exception, the traceback inside, the cause last:
+    "Failed to create Python data source instance: Traceback (most recent call last):"."""
+    lines = message.splitlines()
+    first = lines[0] if lines else ""
+    if _TRACEBACK not in message:
+        return first
+    after = message[message.rindex(_TRACEBACK) + len(_TRACEBACK):].splitlines()
+    cause = next((line.strip() for line in after if line.strip() and not line[0].isspace()), None)
+    if cause is None:
+        return first
+    if first.endswith(_TRACEBACK):
+        return first[: -len(_TRACEBACK)] + cause
+    return f"{first} ({cause})"
 
 
 #: py4j's log lines that only echo what the command reports itself, in one line (and whole
