@@ -62,6 +62,17 @@ class Cluster:
     env: dict[str, str]  # what spark-submit against this cluster needs (conf dir, local ip)
 
 
+def _submit(cmd: list, cwd: Path, env: dict[str, str], timeout: float) -> tuple[int, str, str]:
+    """Run spark-submit; (exit status, stdout, stderr), the driver's process group ended after."""
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        _stop_group(proc)
+    return proc.returncode, stdout, stderr
+
+
 def _master_state(ui: str) -> dict:
     with urllib.request.urlopen(f"{ui}/json/", timeout=5) as answer:
         return json.loads(answer.read())
@@ -168,16 +179,9 @@ def test_golden_scenario_a_through_the_cluster(cluster: Cluster, bare_python: Pa
            "--max-records-per-batch", "5000"]
     began = time.monotonic()
     # storage options by environment (OFFSETLAKE_STORAGE_OPTIONS), never on the command line
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=tmp_path,
-                            env=clean_env(**cluster.env, **moto_s3.env()),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=600)
-    finally:
-        _stop_group(proc)
+    returncode, stdout, stderr = _submit(cmd, tmp_path, clean_env(**cluster.env, **moto_s3.env()), 600)
     (tmp_path / "spark-submit.err").write_text(stderr)
-    assert proc.returncode == 0, "\n".join(
+    assert returncode == 0, "\n".join(
         line for line in stderr.splitlines()
         if " INFO " not in line and " WARN " not in line)[-6000:]
     summary = json.loads(stdout[stdout.index("{"):])
@@ -233,14 +237,8 @@ def test_executors_run_the_clusters_python_unless_told(cluster: Cluster, bare_py
            "--conf", f"spark.pyspark.driver.python={wheel.python}",
            "--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2",
            "--conf", "spark.ui.enabled=false", job]
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=tmp_path, env=clean_env(**cluster.env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=300)
-    finally:
-        _stop_group(proc)
-    assert proc.returncode == 0, stderr[-6000:]
+    returncode, stdout, stderr = _submit(cmd, tmp_path, clean_env(**cluster.env), 300)
+    assert returncode == 0, stderr[-6000:]
     answer = json.loads(stdout[stdout.index("{"):])
     assert answer["driver"] == str(wheel.python)
     assert answer["executors"] == [{"python": str(bare_python), "node": "yes"}] * 2
