@@ -221,21 +221,38 @@ spark.stop()
 @pytest.mark.slow
 def test_real_local_jvm_gets_the_short_job_options_and_the_users_win(
         env: dict[str, str], tmp_path: Path) -> None:
-    """The C1-only flag reaches the driver JVM we launch, and a user's own JIT flags come
-    later, so theirs win: their ``SPARK_SUBMIT_OPTS`` (a proxy, a truststore) after it, and
-    ``spark.driver.extraJavaOptions`` last. Their variable is left as it was, ours does not
-    outlive the launch, and the Python workers are still forked by offsetlake's daemon, also
-    with the common ``PYSPARK_PYTHON=python3`` of an activated virtualenv. Before, either
-    turned the fast path off: the group-heavy ingest took 26.8-33.9 s with SPARK_SUBMIT_OPTS
-    against 16.2-17.2 s, the real workload 10.4 s with python3 against 6.6 s. (The class
-    archive beside them: tests/test_warm_up.py; off here, or this JVM would write one for
-    these options at exit.)"""
+    """The C1-only flag reaches the driver JVM we launch, our variable does not outlive the
+    launch, and a user's own JIT flag (spark.driver.extraJavaOptions) comes later, so it wins."""
     run_env = {k: v for k, v in os.environ.items()
                if not k.startswith(("PYSPARK_", "SPARK_", "OFFSETLAKE_SPARK"))}
     run_env.update(env)
     run_env["PYSPARK_SUBMIT_ARGS"] = ("--conf spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=4 "
                                       "pyspark-shell")
-    run_env["SPARK_SUBMIT_OPTS"] = "-Dmine=1 -XX:TieredStopAtLevel=3"
+    run_env["OFFSETLAKE_JVM_CACHE"] = "off"  # else this JVM writes an archive for its options at exit
+    out = subprocess.run([sys.executable, "-c", _JVM_ARGS_PROBE], cwd=tmp_path, env=run_env,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    jit = [a for a in got["args"] if a.startswith("-XX:TieredStopAtLevel")]
+    assert jit == [LOCAL_JVM_OPTIONS, "-XX:TieredStopAtLevel=4"]  # the last one is in force
+    assert got["env_left"] is None
+    assert got["daemon"] == "pipelines.spark_daemon" and got["one"] == [1]
+
+
+@pytest.mark.slow
+def test_a_users_own_jvm_options_and_python3_keep_the_fast_workers(
+        env: dict[str, str], tmp_path: Path) -> None:
+    """A user's SPARK_SUBMIT_OPTS (a proxy, a truststore) reach the local JVM after the
+    C1-only flag, so a JIT flag of theirs wins; their variable is left as it was; and the
+    Python workers are still forked by offsetlake's daemon, also with the common
+    ``PYSPARK_PYTHON=python3`` of an activated virtualenv. Before, either turned the fast path
+    off: the group-heavy ingest took 26.8-33.9 s with SPARK_SUBMIT_OPTS against 16.2-17.2 s, the
+    real workload 10.4 s with python3 against 6.6 s. (The class archive beside them:
+    tests/test_warm_up.py; off here, or this JVM would write one for these options at exit.)"""
+    run_env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYSPARK_", "SPARK_", "OFFSETLAKE_SPARK"))}
+    run_env.update(env)
+    run_env["SPARK_SUBMIT_OPTS"] = "-Dmine=1 -XX:TieredStopAtLevel=4"
     run_env["OFFSETLAKE_JVM_CACHE"] = "off"
     run_env["PYSPARK_PYTHON"] = "python3"  # found on PATH, beside this interpreter
     run_env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), run_env.get("PATH", "")])
@@ -244,9 +261,9 @@ def test_real_local_jvm_gets_the_short_job_options_and_the_users_win(
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     jit = [a for a in got["args"] if a.startswith("-XX:TieredStopAtLevel")]
-    assert jit == [LOCAL_JVM_OPTIONS, "-XX:TieredStopAtLevel=3", "-XX:TieredStopAtLevel=4"]  # the last in force
+    assert jit == [LOCAL_JVM_OPTIONS, "-XX:TieredStopAtLevel=4"]  # theirs last: in force
     assert "-Dmine=1" in got["args"]
-    assert got["env_left"] == "-Dmine=1 -XX:TieredStopAtLevel=3"
+    assert got["env_left"] == "-Dmine=1 -XX:TieredStopAtLevel=4"
     assert got["daemon"] == "pipelines.spark_daemon" and got["one"] == [1]
 
 
