@@ -328,9 +328,14 @@ def plan(env: Mapping[str, str], spark_home: Path, extra: str = "",
     return _planned[-1]
 
 
+def _refusal_marker(archive: Path) -> Path:
+    """Where the refusals of ``archive`` are counted."""
+    return archive.with_suffix(".refused")
+
+
 def refusals(archive: Path) -> int:
     """How many times in a row the JVM did not write or map ``archive`` (0 after a day)."""
-    marker = archive.with_suffix(".refused")
+    marker = _refusal_marker(archive)
     try:
         return 0 if _stale(marker, REFUSED_SECONDS) else int(marker.read_text() or 0)
     except (OSError, ValueError):
@@ -339,7 +344,7 @@ def refusals(archive: Path) -> int:
 
 def _refused(archive: Path) -> None:
     with suppress(OSError):
-        archive.with_suffix(".refused").write_text(str(refusals(archive) + 1))
+        _refusal_marker(archive).write_text(str(refusals(archive) + 1))
 
 
 def forget_refusals(directory: Path) -> None:
@@ -560,7 +565,7 @@ def publish(order_file: Path, timeout: float = 900.0) -> bool:
                 _refused(archive)
             return False
         os.replace(writing, archive)
-        archive.with_suffix(".refused").unlink(missing_ok=True)
+        _refusal_marker(archive).unlink(missing_ok=True)
         return True
     finally:
         writing.unlink(missing_ok=True)

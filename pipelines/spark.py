@@ -342,10 +342,11 @@ def _archive_launch(settings: SessionSettings, user_conf: Mapping[str, str],
     (:func:`pipelines.jvm_cache.conf_dir_handover`)."""
     if not settings.submit_opts:
         return "offsetlake does not launch this JVM (a master that is not local, or a JVM already running)", {}
-    refusal = jvm_cache.options_refusal(_users_jvm_options(user_conf, env))
+    options = _users_jvm_options(user_conf, env)
+    refusal = jvm_cache.options_refusal(options)
     if refusal:
         return refusal, {}
-    handover = jvm_cache.conf_dir_handover(env, _spark_home(env), " ".join(_users_jvm_options(user_conf, env).values()))
+    handover = jvm_cache.conf_dir_handover(env, _spark_home(env), " ".join(options.values()))
     launched = {**env, **handover}  # what the JVM will see
     return jvm_cache.why_not(launched, _spark_home(launched),
                              user_conf.get("spark.driver.extraClassPath", "")), handover
